@@ -1,0 +1,45 @@
+"""The actor objective: L = L_pg − entropy_coeff·H + kl_loss_coef·KL (DESIGN.md §4).
+
+`make_actor_loss` binds an actor config to a loss function with the training engine's signature
+(log_probs, entropy, micro_batch, num_tokens, num_seqs) -> (loss, metrics), so the engine stays
+ignorant of which algorithm runs.
+"""
+
+from __future__ import annotations
+
+from core.algos.aggregation import aggregate_loss
+from core.algos.kl import kl_penalty
+from core.algos.policy_loss import POLICY_LOSSES
+
+
+def make_actor_loss(actor_cfg, max_response_length: int):
+    policy_loss = POLICY_LOSSES.get(actor_cfg.policy_loss)
+    agg = dict(loss_agg_mode=actor_cfg.loss_agg_mode, max_response_length=max_response_length)
+
+    def actor_loss(log_probs, entropy, micro, num_tokens, num_seqs):
+        mask = micro["response_mask"]
+        normalisers = dict(num_tokens=num_tokens, num_seqs=num_seqs, **agg)
+        pg_loss, pg_metrics = policy_loss(
+            log_probs, micro["old_log_probs"], micro["advantages"], mask,
+            clip_ratio_low=actor_cfg.clip_ratio_low, clip_ratio_high=actor_cfg.clip_ratio_high,
+            clip_ratio_c=actor_cfg.clip_ratio_c, **normalisers,
+        )
+        entropy_loss = _aggregate(entropy, mask, normalisers)
+        loss = pg_loss - actor_cfg.entropy_coeff * entropy_loss
+        metrics = {f"actor/{k}": v for k, v in pg_metrics.items()}
+        metrics["actor/pg_loss"] = pg_loss.item()
+        metrics["actor/entropy"] = entropy_loss.item()
+        if actor_cfg.use_kl_loss:
+            kl = kl_penalty(log_probs, micro["ref_log_probs"], actor_cfg.kl_loss_type)
+            kl_loss = _aggregate(kl, mask, normalisers)
+            loss = loss + actor_cfg.kl_loss_coef * kl_loss
+            metrics["actor/kl_loss"] = kl_loss.item()
+        return loss, metrics
+
+    return actor_loss
+
+
+def _aggregate(values, mask, normalisers):
+    return aggregate_loss(values, mask, normalisers["loss_agg_mode"], num_tokens=normalisers["num_tokens"],
+                          num_seqs=normalisers["num_seqs"],
+                          max_response_length=normalisers["max_response_length"])

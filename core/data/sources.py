@@ -1,0 +1,36 @@
+"""Resolve `data.train_files` / `data.val_files`: a file path, a list of them, or the embedded task.
+
+The embedded task is written to parquet in the cache first, so it is read by exactly the
+dataset code that reads GSM8K.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.data.dataset import write_rows
+
+EMBEDDED_PREFIX = "embedded://"
+EMBEDDED_SIZES = {"train": 4000, "val": 512}
+
+
+def resolve_data_files(spec, split: str, cache_dir: Path) -> list[str]:
+    """Paths for `split` ('train' or 'val'); materialises embedded datasets on first use."""
+    specs = [spec] if isinstance(spec, str) else list(spec)
+    return [_materialise(s, split, cache_dir) if s.startswith(EMBEDDED_PREFIX) else s for s in specs]
+
+
+def _materialise(spec: str, split: str, cache_dir: Path) -> str:
+    from core.models import arithmetic
+
+    name = spec[len(EMBEDDED_PREFIX):]
+    if name != arithmetic.DATA_SOURCE:
+        raise ValueError(f"data file {spec!r}: unknown embedded dataset; the only one is embedded://arithmetic")
+    task_split = "train" if split == "train" else "test"
+    path = Path(cache_dir) / f"arithmetic-{task_split}-v1.parquet"
+    if not path.exists():
+        rows = arithmetic.make_rows(task_split, EMBEDDED_SIZES[split], seed=1 if split == "train" else 2)
+        tmp = path.with_suffix(".tmp.parquet")
+        write_rows(rows, tmp)
+        tmp.replace(path)
+    return str(path)

@@ -1,0 +1,62 @@
+"""Process-group setup shared by the local controller (1 process or torchrun) and Ray workers."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str = "auto") -> World:
+    """Join torchrun's group when launched by it, else a one-rank group (FSDP2 needs a mesh)."""
+    resolved = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                            ("cpu" if device == "auto" else device))
+    if resolved.type == "cuda":
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        resolved = torch.device("cuda", local_rank)
+        torch.cuda.set_device(resolved)
+    if not dist.is_initialized():
+        backend = "nccl" if resolved.type == "cuda" else "gloo"
+        if "WORLD_SIZE" in os.environ:
+            dist.init_process_group(backend=backend)
+        else:
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    return World(rank=dist.get_rank(), size=dist.get_world_size(), device=resolved)
+
+
+def all_reduce_sum(value: float | torch.Tensor, device: torch.device) -> float:
+    tensor = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.item()
+
+
+def all_reduce_mean(metrics: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Mean of each metric over ranks (every rank holds an equal share of the batch)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1) or not metrics:
+        return dict(metrics)
+    keys = sorted(metrics)
+    tensor = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    tensor /= dist.get_world_size()
+    return dict(zip(keys, tensor.tolist()))
+
+
+def all_reduce_max(value: float, device: torch.device) -> float:
+    tensor = torch.tensor(float(value), dtype=torch.float64, device=device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.item()

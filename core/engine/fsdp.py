@@ -1,0 +1,155 @@
+"""The FSDP2 training engine: log-probs, entropy and the policy update on a `fully_shard`ed model.
+
+It knows nothing about algorithms: `update` takes a loss function that turns (log_probs,
+entropy, micro-batch, global normalisers) into this micro-batch's share of the mini-batch loss.
+Global normalisers are summed over data-parallel ranks before any backward, so the gradient
+does not depend on how the mini-batch was split across micro-batches or ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from core.algos.entropy import entropy_from_logits, log_probs_from_logits
+from core.data.batch import Batch
+from core.engine.distributed import World, all_reduce_mean, all_reduce_sum
+
+LossFn = Callable[[torch.Tensor, torch.Tensor, Batch, float, float], tuple[torch.Tensor, dict]]
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    grad_clip: float = 1.0
+
+
+class FSDPEngine:
+    def __init__(self, model: torch.nn.Module, world: World, *, optim: OptimConfig | None = None,
+                 micro_batch_size: int = 8, mixed_precision: str = "auto",
+                 gradient_checkpointing: bool = False):
+        self.world = world
+        self.micro_batch_size = micro_batch_size
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.model = shard_model(model.to(world.device), _mp_policy(mixed_precision, world.device))
+        self.optimizer, self.scheduler = None, None
+        if optim is not None:
+            self.optim = optim
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=optim.lr, betas=optim.betas,
+                                               weight_decay=optim.weight_decay)
+            warmup = max(1, optim.warmup_steps)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warmup))
+        else:
+            self.model.requires_grad_(False)
+
+    # ---- forward ------------------------------------------------------------------------------
+    def _forward(self, micro: Batch, temperature: float, with_entropy: bool):
+        responses = micro["responses"].to(self.world.device)
+        logits = self.model(
+            input_ids=micro["input_ids"].to(self.world.device),
+            attention_mask=micro["attention_mask"].to(self.world.device),
+            position_ids=micro["position_ids"].to(self.world.device),
+            use_cache=False,
+        ).logits
+        # The logit at position t predicts token t+1: the response's logits start one earlier.
+        logits = logits[:, -responses.shape[1] - 1 : -1] / temperature  # (B, T_resp, V)
+        log_probs = log_probs_from_logits(logits, responses)
+        entropy = entropy_from_logits(logits) if with_entropy else None
+        return log_probs, entropy
+
+    @torch.no_grad()
+    def compute_log_probs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
+        """(B, T_resp) log-probs of `responses` (and entropy), in micro-batches, no grad."""
+        self.model.eval()
+        log_probs, entropies = [], []
+        for micro in batch.split(self.micro_batch_size):
+            lp, ent = self._forward(micro, temperature, with_entropy)
+            log_probs.append(lp.float().cpu())
+            entropies.append(ent.float().cpu() if ent is not None else None)
+        mask = batch["response_mask"]
+        log_probs = torch.cat(log_probs) * mask
+        return (log_probs, torch.cat(entropies) * mask) if with_entropy else log_probs
+
+    # ---- update -------------------------------------------------------------------------------
+    def update(self, batch: Batch, loss_fn: LossFn, *, mini_batch_size: int, epochs: int = 1,
+               temperature: float = 1.0) -> dict[str, float]:
+        """`epochs` passes over mini-batches; each mini-batch is one optimizer step."""
+        if self.optimizer is None:
+            raise RuntimeError("this engine was built without an optimizer (a reference model?)")
+        self.model.train()
+        step_metrics = []
+        for _ in range(epochs):
+            for mini in batch.split(mini_batch_size):
+                step_metrics.append(self._optimizer_step(mini, loss_fn, temperature))
+        self.scheduler.step()
+        metrics = {k: sum(m[k] for m in step_metrics) / len(step_metrics) for k in step_metrics[0]}
+        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        return all_reduce_mean(metrics, self.world.device)
+
+    def _optimizer_step(self, mini: Batch, loss_fn: LossFn, temperature: float) -> dict[str, float]:
+        num_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.world.device)
+        num_seqs = all_reduce_sum(len(mini), self.world.device)
+        micro_metrics = []
+        for micro in mini.split(self.micro_batch_size):
+            log_probs, entropy = self._forward(micro, temperature, with_entropy=True)
+            loss, metrics = loss_fn(log_probs, entropy, micro.to(self.world.device), num_tokens, num_seqs)
+            # FSDP averages gradients over ranks while `loss` is this rank's share of the global
+            # sum: scaling by the world size turns the average back into that sum.
+            (loss * self.world.size).backward()
+            micro_metrics.append(metrics)
+        grad_norm = self._clip_grad_norm()
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        # Micro-batch metrics are token means of unequal parts: a plain mean is a fine summary.
+        summary = {k: sum(m[k] for m in micro_metrics) / len(micro_metrics) for k in micro_metrics[0]}
+        summary["actor/grad_norm"] = grad_norm
+        return summary
+
+    def _clip_grad_norm(self) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim.grad_clip)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ---- weights ------------------------------------------------------------------------------
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Unsharded CPU weights on every rank: what a rollout backend loads after an update."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=False)
+        return {k: v.detach().cpu() for k, v in get_model_state_dict(self.model, options=options).items()}
+
+
+def shard_model(model: torch.nn.Module, mp_policy: MixedPrecisionPolicy | None) -> torch.nn.Module:
+    """FSDP2: shard each transformer block, then the root (embeddings, norm, head)."""
+    kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
+    for layer in _decoder_layers(model):
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise TypeError(f"{type(model).__name__}: expected a decoder with `.model.layers` (Qwen/Llama style)")
+    return list(layers)
+
+
+def _mp_policy(mixed_precision: str, device: torch.device) -> MixedPrecisionPolicy | None:
+    if mixed_precision == "auto":
+        mixed_precision = "bf16" if device.type == "cuda" else "fp32"
+    if mixed_precision == "fp32":
+        return None
+    if mixed_precision == "bf16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    raise ValueError(f"actor.mixed_precision={mixed_precision!r}: expected auto, bf16 or fp32")

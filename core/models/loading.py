@@ -1,0 +1,55 @@
+"""Load a causal LM and its tokenizer from an HF id, a local dir, a GGUF file, or the embedded model.
+
+Always through `from_pretrained`, so users with a hub connection get the normal path; the
+embedded model is just a local dir the project builds and caches itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+EMBEDDED_PREFIX = "embedded://"
+EMBEDDED_MODELS = ("tiny-arith",)
+
+
+def resolve_model_path(path: str) -> str:
+    """Turn `embedded://tiny-arith` into its cached dir (training it once); pass others through."""
+    if not path.startswith(EMBEDDED_PREFIX):
+        return path
+    name = path[len(EMBEDDED_PREFIX):]
+    if name not in EMBEDDED_MODELS:
+        raise ValueError(f"model.path={path!r}: unknown embedded model; choose one of "
+                         f"{[EMBEDDED_PREFIX + m for m in EMBEDDED_MODELS]}")
+    from core.models.warmstart import warm_started_model_path
+
+    return str(warm_started_model_path())
+
+
+def _check_exists(path: str) -> None:
+    """A local path must exist; anything shaped like `org/name` is left to the hub."""
+    if Path(path).expanduser().exists() or re.fullmatch(r"[\w-][\w.-]*/[\w.-]+", path):
+        return
+    raise FileNotFoundError(f"model.path={path!r} does not exist (looked from {os.getcwd()}); "
+                            "give an existing local dir or an HF hub id like Qwen/Qwen3-0.6B")
+
+
+def load_tokenizer(path: str, gguf_file: str | None = None, trust_remote_code: bool = False):
+    _check_exists(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(path: str, gguf_file: str | None = None, trust_remote_code: bool = False,
+                   dtype: torch.dtype = torch.float32):
+    """fp32 master weights: the engine's mixed-precision policy decides the compute dtype."""
+    _check_exists(path)
+    return AutoModelForCausalLM.from_pretrained(path, gguf_file=gguf_file, dtype=dtype,
+                                                trust_remote_code=trust_remote_code)

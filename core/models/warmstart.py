@@ -1,0 +1,116 @@
+"""Deterministic, cached SFT warm-start of the embedded tiny model on the arithmetic task.
+
+RL needs a policy that already speaks the answer format and is right some of the time; a short
+SFT gives exactly that. The step budget is chosen so that the warm-started model is far from
+perfect: the room RL must then close. The result is cached under a key of every input, so the
+first run pays ~a minute and later runs load it with `from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
+
+from core.models import arithmetic
+from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
+
+# Bump when the task, tokenizer or training code changes in a way that changes the weights.
+WARMSTART_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup_steps: int = 20
+    num_examples: int = 4000
+    seed: int = 0
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("RECIPEZOO_CACHE") or os.path.join(Path.home(), ".cache", "recipezoo")
+    return Path(root)
+
+
+def cache_key(config: WarmStartConfig) -> str:
+    payload = json.dumps({"version": WARMSTART_VERSION, **asdict(config)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def warm_started_model_path(config: WarmStartConfig = WarmStartConfig(), cache_dir: Path | None = None) -> Path:
+    """Path of the warm-started HF model dir, training and caching it on first use."""
+    path = Path(cache_dir or default_cache_dir()) / f"tiny-qwen3-arith-{cache_key(config)}"
+    if (path / "config.json").exists():
+        return path
+    print(f"[warm-start] training the tiny model once ({config.steps} SFT steps); cached at {path}", flush=True)
+    tokenizer = build_tiny_tokenizer()
+    model = train_sft(tokenizer, config)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    os.replace(tmp, path)  # atomic: a concurrent or interrupted run never sees half a model
+    return path
+
+
+def sft_tensors(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded prompt+answer ids and a loss mask that is 1 on answer tokens only."""
+    sequences, masks = [], []
+    for row in rows:
+        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(row["extra_info"]["answer"], add_special_tokens=False)["input_ids"]
+        answer_ids = answer_ids + [tokenizer.eos_token_id]
+        sequences.append(prompt_ids + answer_ids)
+        masks.append([0] * len(prompt_ids) + [1] * len(answer_ids))
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (seq, mask) in enumerate(zip(sequences, masks)):
+        ids[i, : len(seq)] = torch.tensor(seq)
+        loss_mask[i, : len(mask)] = torch.tensor(mask)
+    return ids, loss_mask
+
+
+def train_sft(tokenizer, config: WarmStartConfig) -> Qwen3ForCausalLM:
+    torch.manual_seed(config.seed)
+    model = Qwen3ForCausalLM(tiny_qwen3_config(tokenizer))
+    rows = arithmetic.make_rows("train", config.num_examples, seed=config.seed)
+    ids, loss_mask = sft_tensors(tokenizer, rows)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps))
+    generator = torch.Generator().manual_seed(config.seed)
+    start = time.time()
+    model.train()
+    for step in range(config.steps):
+        index = torch.randint(0, len(rows), (config.batch_size,), generator=generator)
+        loss = sft_loss(model, ids[index], loss_mask[index])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        if (step + 1) % 50 == 0 or step + 1 == config.steps:
+            print(f"[warm-start] step {step + 1}/{config.steps} loss {loss.item():.4f} "
+                  f"({time.time() - start:.0f}s)", flush=True)
+    model.eval()
+    return model
+
+
+def sft_loss(model, ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    logits = model(input_ids=ids).logits[:, :-1]  # (B, T-1, V)
+    targets, mask = ids[:, 1:], loss_mask[:, 1:].float()
+    token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    return (token_loss * mask).sum() / mask.sum()
+
+
+def load_warm_started(config: WarmStartConfig = WarmStartConfig()):
+    path = warm_started_model_path(config)
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)

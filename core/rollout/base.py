@@ -1,0 +1,74 @@
+"""The rollout interface every backend (HF, vLLM, SGLang) implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from core.data.batch import Batch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    max_new_tokens: int = 32
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+class RolloutBackend(ABC):
+    """Turns a prompt batch into n responses per prompt with their rollout log-probs.
+
+    `generate` returns the prompt batch repeated n times (interleaved, so a prompt's samples are
+    adjacent) plus `prompts`, `responses`, `response_mask`, `rollout_log_probs` (B, T_resp) and
+    the concatenated `input_ids`, `attention_mask`, `position_ids` (B, T_prompt + T_resp).
+    """
+
+    @abstractmethod
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch: ...
+
+    @abstractmethod
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Receive the trained policy's full state dict (weight sync after an update)."""
+
+    def sleep(self) -> None:
+        """Free rollout memory while training runs (meaningful for vLLM/SGLang)."""
+
+    def wake_up(self) -> None:
+        """Take the memory back before the next rollout."""
+
+
+def response_mask_from_ids(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """1 up to and including the first EOS, 0 after: generation pads finished rows."""
+    is_eos = responses == eos_token_id  # (B, T_resp)
+    eos_seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
+    return (~eos_seen_before).long()
+
+
+def assemble_rollout(prompts: Batch, responses: torch.Tensor, rollout_log_probs: torch.Tensor,
+                     eos_token_id: int, n: int) -> Batch:
+    """Join repeated prompts and generated responses into the batch the trainer consumes."""
+    repeated = prompts.repeat(n, interleave=True)
+    prompt_ids, prompt_mask = repeated["input_ids"], repeated["attention_mask"]
+    response_mask = response_mask_from_ids(responses, eos_token_id)  # (B, T_resp)
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    tensors = {
+        "prompts": prompt_ids,
+        "responses": responses,
+        "response_mask": response_mask,
+        "rollout_log_probs": rollout_log_probs * response_mask,
+        "input_ids": torch.cat([prompt_ids, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+    }
+    out = Batch(tensors, dict(repeated.non_tensors), dict(repeated.meta))
+    return out.check("rollout", expected_size=len(prompts) * n)

@@ -1,0 +1,78 @@
+"""Rollout with HF transformers `generate`: the backend that runs anywhere, including CPU and CI.
+
+It keeps its own (unsharded) copy of the policy, refreshed from the training engine's full state
+dict after every update: the same weight-sync contract the vLLM and SGLang backends follow.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import GenerationConfig
+
+from core.data.batch import Batch
+from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout
+
+
+class HFRollout(RolloutBackend):
+    def __init__(self, model, tokenizer, micro_batch_size: int = 0):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.micro_batch_size = micro_batch_size  # 0: the whole batch at once
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        repeated = prompts.repeat(params.n, interleave=True)
+        size = self.micro_batch_size or len(repeated)
+        # One seed per call, not per chunk: the same (prompts, params) always give the same samples.
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(params.seed)
+        try:
+            chunks = [self._generate_chunk(chunk, params) for chunk in repeated.split(size)]
+        finally:
+            torch.random.set_rng_state(generator_state)
+        width = max(c[0].shape[1] for c in chunks)
+        responses = torch.cat([_pad_right(c[0], width, self.tokenizer.pad_token_id) for c in chunks])
+        log_probs = torch.cat([_pad_right(c[1], width, 0.0) for c in chunks])
+        return assemble_rollout(prompts, responses, log_probs, self.tokenizer.eos_token_id, params.n)
+
+    @torch.no_grad()
+    def _generate_chunk(self, chunk: Batch, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        input_ids = chunk["input_ids"].to(self.device)
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=chunk["attention_mask"].to(self.device),
+            generation_config=self._generation_config(params),
+        )
+        responses = out.sequences[:, input_ids.shape[1]:]  # (B, T_resp)
+        logits = torch.stack(out.logits, dim=1).float()  # (B, T_resp, V), raw: before any warper
+        if not params.greedy:
+            logits = logits / params.temperature
+        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        return responses.cpu(), log_probs.cpu()
+
+    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
+        sampling = {} if params.greedy else dict(
+            temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+        )
+        return GenerationConfig(
+            do_sample=not params.greedy,
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+            **sampling,
+        )
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state_dict, strict=True)
+
+
+def _pad_right(x: torch.Tensor, width: int, value) -> torch.Tensor:
+    if x.shape[1] == width:
+        return x
+    pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
+    return torch.cat([x, pad], dim=1)

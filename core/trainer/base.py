@@ -1,0 +1,147 @@
+"""BaseTrainer: the RL loop of DESIGN.md §2, one method per step, so a recipe overrides only its delta.
+
+`fit()` is the whole schedule; read it first. Every stage's output is checked against the data
+contract (`Batch.check`) with the stage's name, so a shape bug names the stage that made it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from core.algos.advantages import ADV_ESTIMATORS
+from core.algos.kl import kl_penalty
+from core.data.batch import Batch
+from core.engine.distributed import all_reduce_mean
+from core.reward.manager import RewardManager
+from core.rollout.base import SamplingParams
+from core.tracking.metrics import timed
+from core.trainer.metrics import data_metrics, throughput_metrics
+from core.trainer.setup import build_components
+from core.trainer.validation import validate
+
+
+class BaseTrainer:
+    def __init__(self, config):
+        self.config = config
+        parts = build_components(config, with_reference=self.uses_reference)
+        self.world, self.tokenizer = parts.world, parts.tokenizer
+        self.train_loader, self.val_dataset = parts.train_loader, parts.val_dataset
+        self.actor_rollout = parts.actor_rollout
+        self.reward_manager = RewardManager(self.tokenizer)
+        self.tracking = parts.tracking
+        self.timings: dict[str, float] = {}
+
+    @property
+    def uses_reference(self) -> bool:
+        return bool(self.config.actor.use_kl_loss or self.config.algorithm.use_kl_in_reward)
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def fit(self) -> dict[str, float]:
+        total = self.config.trainer.total_steps
+        with self.tracking:
+            val_metrics = self.validate(step=0)
+            for step in range(1, total + 1):
+                self.timings = {}
+                with timed("step", self.timings):
+                    batch = next(self.train_loader)
+                    batch = self.stage("gen", self.generate, batch)
+                    batch = self.stage("reward", self.compute_rewards, batch)
+                    batch = self.stage("old_log_prob", self.compute_log_probs, batch)
+                    batch = self.stage("values", self.compute_values, batch)
+                    batch = self.stage("adv", self.compute_advantages, batch)
+                    metrics = self.stage("update_critic", self.update_critic, batch)
+                    metrics |= self.stage("update_actor", self.update_policy, batch)
+                    self.stage("sync_weights", self.sync_weights)
+                self.log_step(step, batch, metrics)
+                if self._due(step, self.config.trainer.test_freq, total):
+                    val_metrics = self.validate(step)
+        return val_metrics
+
+    def stage(self, name: str, method, *args):
+        """Run one step of the loop: timed, and its output batch checked against the contract."""
+        with timed(name, self.timings):
+            result = method(*args)
+        if isinstance(result, Batch):
+            expected = len(args[0]) if name != "gen" else None
+            result.check(name, expected_size=expected)
+        return result
+
+    # ---- the steps: override what your algorithm changes ---------------------------------------
+    def generate(self, prompts: Batch) -> Batch:
+        """n samples per prompt; each prompt's samples share a `uid` (its group)."""
+        prompts.non_tensors["uid"] = np.array([f"{i}" for i in prompts["index"]], dtype=object)
+        return self.actor_rollout.generate(prompts, self.sampling_params())
+
+    def compute_rewards(self, batch: Batch) -> Batch:
+        scores, info = self.reward_manager(batch)
+        batch.tensors["token_level_scores"] = scores
+        batch.non_tensors["acc"] = np.asarray(info["acc"], dtype=object)
+        return batch
+
+    def compute_log_probs(self, batch: Batch) -> Batch:
+        batch = batch.union(self.actor_rollout.compute_log_probs(batch), stage="old_log_prob")
+        rewards = batch["token_level_scores"]
+        if self.config.algorithm.use_kl_in_reward:
+            kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], self.config.algorithm.kl_penalty)
+            rewards = rewards - self.config.algorithm.kl_coef * kl * batch["response_mask"]
+        batch.tensors["token_level_rewards"] = rewards
+        return batch
+
+    def compute_values(self, batch: Batch) -> Batch:
+        return batch  # critic-free algorithms; PPO overrides
+
+    def compute_advantages(self, batch: Batch) -> Batch:
+        algo = self.config.algorithm
+        advantages, returns = ADV_ESTIMATORS.get(algo.adv_estimator)(
+            token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
+            group_ids=batch["uid"], values=batch.tensors.get("values"), gamma=algo.gamma, lam=algo.lam,
+            norm_adv_by_std=algo.norm_adv_by_std_in_grpo,
+        )
+        batch.tensors["advantages"], batch.tensors["returns"] = advantages, returns
+        return batch
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        return {}
+
+    def update_policy(self, batch: Batch) -> dict[str, float]:
+        return self.actor_rollout.update_policy(batch)
+
+    def sync_weights(self) -> None:
+        self.actor_rollout.sync_weights()
+
+    # ---- around the loop ----------------------------------------------------------------------
+    def sampling_params(self, validation: bool = False) -> SamplingParams:
+        r, step = self.config.rollout, self.train_loader.offset
+        if validation:
+            return SamplingParams(n=r.val_n, temperature=r.val_temperature, top_p=r.top_p, top_k=r.top_k,
+                                  max_new_tokens=self.config.data.max_response_length)
+        # A distinct, reproducible seed per (run seed, data position, rank).
+        seed = self.config.trainer.seed * 1_000_003 + step * 97 + self.world.rank
+        return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                              max_new_tokens=self.config.data.max_response_length, seed=seed)
+
+    def validate(self, step: int) -> dict[str, float]:
+        if not self.config.trainer.test_freq:
+            return {}
+        with timed("testing", self.timings):
+            metrics = validate(self.actor_rollout.generate, self.reward_manager, self.val_dataset,
+                               self.sampling_params(validation=True), self.world)
+        self.tracking.log_metrics(metrics, step=step)
+        return metrics
+
+    def log_step(self, step: int, batch: Batch, metrics: dict[str, float]) -> None:
+        metrics = dict(metrics)
+        metrics.update(data_metrics(batch, self.config.data.max_response_length))
+        metrics.update(throughput_metrics(batch, self.timings["timing_s/step"], self.world.size))
+        metrics = all_reduce_mean(metrics, self.world.device)
+        metrics.update(self.timings)
+        metrics["training/epoch"] = batch.meta.get("epoch", 0)
+        self.tracking.log_metrics(metrics, step=step)
+
+    @staticmethod
+    def _due(step: int, freq: int, total: int) -> bool:
+        return bool(freq) and (step % freq == 0 or step == total)

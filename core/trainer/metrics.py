@@ -1,0 +1,36 @@
+"""Per-step metrics of a rollout batch, under verl's names so runs overlay (DESIGN.md §6)."""
+
+from __future__ import annotations
+
+import torch
+
+from core.data.batch import Batch
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
+    mask = batch["response_mask"].bool()  # (B, T_resp)
+    lengths = mask.sum(-1)
+    valid_advantages = batch["advantages"][mask]
+    metrics = {
+        **_stats("critic/score", batch["token_level_scores"].sum(-1)),
+        **_stats("critic/rewards", batch["token_level_rewards"].sum(-1)),
+        **_stats("critic/advantages", valid_advantages if valid_advantages.numel() else torch.zeros(1)),
+        **_stats("response_length", lengths),
+        **_stats("prompt_length", batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1)),
+        "response_length/clip_ratio": (lengths >= max_response_length).float().mean().item(),
+    }
+    if "acc" in batch.non_tensors:
+        metrics["critic/acc/mean"] = float(batch["acc"].astype(float).mean())
+    return metrics
+
+
+def throughput_metrics(batch: Batch, step_seconds: float, world_size: int) -> dict[str, float]:
+    """Tokens (prompt + response) processed per second per device."""
+    tokens = batch["attention_mask"].sum().item()
+    return {"perf/total_num_tokens": tokens, "perf/throughput": tokens / max(step_seconds, 1e-9) / world_size}

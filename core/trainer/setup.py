@@ -1,0 +1,83 @@
+"""Build what a trainer needs from a config: process group, model, data, roles, tracking.
+
+Kept out of `BaseTrainer` so the trainer file reads as the algorithm and this one as plumbing.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from core.data.dataset import PromptDataset
+from core.data.loader import PromptLoader
+from core.data.sources import resolve_data_files
+from core.engine.distributed import World, init_distributed
+from core.models.loading import load_tokenizer, resolve_model_path
+from core.models.warmstart import default_cache_dir
+from core.tracking.tracker import Tracking, build_tracking
+from core.trainer.workers import ActorRolloutRefWorker
+
+
+@dataclass
+class Components:
+    world: World
+    tokenizer: object
+    train_loader: PromptLoader
+    val_dataset: PromptDataset
+    actor_rollout: ActorRolloutRefWorker
+    tracking: Tracking
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_components(config, with_reference: bool) -> Components:
+    trainer = config.trainer
+    if trainer.num_threads:
+        torch.set_num_threads(trainer.num_threads)
+    world = init_distributed(trainer.device)
+    check_batch_sizes(config, world.size)
+    seed_everything(trainer.seed)  # same on every rank: every rank must build identical weights
+    model_path = resolve_model_path(config.model.path)
+    tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
+    train_set, val_set = build_datasets(config.data, tokenizer)
+    loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,
+                          shuffle=config.data.shuffle, rank=world.rank, world_size=world.size)
+    actor_rollout = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
+    resolved = OmegaConf.to_container(config, resolve=True)
+    resolved["model"]["resolved_path"] = model_path
+    tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank)
+    return Components(world, tokenizer, loader, val_set, actor_rollout, tracking)
+
+
+def build_datasets(data, tokenizer) -> tuple[PromptDataset, PromptDataset]:
+    cache = default_cache_dir() / "data"
+    cache.mkdir(parents=True, exist_ok=True)
+    common = dict(max_prompt_length=data.max_prompt_length, truncation=data.truncation,
+                  prompt_key=data.prompt_key, ground_truth_key=data.ground_truth_key)
+    train = PromptDataset(resolve_data_files(data.train_files, "train", cache), tokenizer, **common)
+    val = PromptDataset(resolve_data_files(data.val_files, "val", cache), tokenizer, **common)
+    if data.val_max_samples:
+        val.items = val.items[: data.val_max_samples]
+    return train, val
+
+
+def check_batch_sizes(config, world_size: int) -> None:
+    """Fail before any model loads when batch sizes cannot split over ranks and mini-batches."""
+    data, actor = config.data, config.actor
+    if data.train_batch_size % world_size:
+        raise ValueError(f"data.train_batch_size={data.train_batch_size} must be divisible by the "
+                         f"number of ranks ({world_size})")
+    if data.train_batch_size % actor.ppo_mini_batch_size:
+        raise ValueError(f"data.train_batch_size={data.train_batch_size} must be a multiple of "
+                         f"actor.ppo_mini_batch_size={actor.ppo_mini_batch_size}")
+    if actor.ppo_mini_batch_size * config.rollout.n % world_size:
+        raise ValueError(f"actor.ppo_mini_batch_size × rollout.n = {actor.ppo_mini_batch_size * config.rollout.n} "
+                         f"sequences must split evenly over {world_size} ranks")

@@ -1,0 +1,70 @@
+"""Roles: the actor, its rollout engine and the reference policy, colocated on one set of devices.
+
+The trainer calls these methods with a `Batch`; in local mode the worker lives in-process (one
+per rank under torchrun), in Ray mode the same class runs inside actors. Either way the trainer
+code does not change.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.algos.actor_loss import make_actor_loss
+from core.data.batch import Batch
+from core.engine.distributed import World
+from core.engine.fsdp import FSDPEngine, OptimConfig
+from core.models.loading import load_causal_lm
+from core.rollout.base import RolloutBackend, SamplingParams
+from core.rollout.hf import HFRollout
+
+
+class ActorRolloutRefWorker:
+    def __init__(self, config, world: World, model_path: str, tokenizer, *, with_reference: bool):
+        self.config, self.world, self.tokenizer = config, world, tokenizer
+        actor = config.actor
+        optim = OptimConfig(lr=actor.lr, betas=tuple(actor.betas), weight_decay=actor.weight_decay,
+                            warmup_steps=actor.warmup_steps, grad_clip=actor.grad_clip)
+        self.actor = FSDPEngine(self._load(model_path), world, optim=optim,
+                                micro_batch_size=actor.micro_batch_size,
+                                mixed_precision=actor.mixed_precision,
+                                gradient_checkpointing=actor.gradient_checkpointing)
+        self.ref = None
+        if with_reference:
+            self.ref = FSDPEngine(self._load(model_path), world, micro_batch_size=actor.micro_batch_size,
+                                  mixed_precision=actor.mixed_precision)
+        self.rollout = build_rollout(config.rollout, self._load(model_path).to(world.device), tokenizer)
+        self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
+
+    def _load(self, model_path: str) -> torch.nn.Module:
+        return load_causal_lm(model_path, self.config.model.gguf_file, self.config.model.trust_remote_code)
+
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        self.rollout.wake_up()
+        try:
+            return self.rollout.generate(prompts, params)
+        finally:
+            self.rollout.sleep()
+
+    def compute_log_probs(self, batch: Batch) -> Batch:
+        """Old-policy log-probs (and the reference's when KL is used) for the PPO ratio."""
+        temperature = self.config.rollout.temperature or 1.0
+        tensors = {"old_log_probs": self.actor.compute_log_probs(batch, temperature)}
+        if self.ref is not None:
+            tensors["ref_log_probs"] = self.ref.compute_log_probs(batch, temperature)
+        return Batch(tensors)
+
+    def update_policy(self, batch: Batch) -> dict[str, float]:
+        rows_per_mini = self.config.actor.ppo_mini_batch_size * self.config.rollout.n // self.world.size
+        return self.actor.update(batch, self.actor_loss, mini_batch_size=max(1, rows_per_mini),
+                                 epochs=self.config.actor.ppo_epochs,
+                                 temperature=self.config.rollout.temperature or 1.0)
+
+    def sync_weights(self) -> None:
+        self.rollout.load_weights(self.actor.full_state_dict())
+
+
+def build_rollout(rollout_cfg, model: torch.nn.Module, tokenizer) -> RolloutBackend:
+    if rollout_cfg.name == "hf":
+        return HFRollout(model, tokenizer, micro_batch_size=rollout_cfg.micro_batch_size)
+    raise ValueError(f"rollout.name={rollout_cfg.name!r}: expected one of ['hf'] "
+                     "(vllm and sglang backends are not built yet)")
