@@ -1,11 +1,23 @@
-"""Pure, registered algorithm pieces: advantages, policy losses, KL, aggregation, entropy."""
+"""Pure, registered algorithm pieces: advantages, policy and value losses, KL, aggregation,
+entropy, and DAPO's sampling filter and reward shaping."""
 
-from core.algos.advantages import ADV_ESTIMATORS, grpo_advantages, group_indices
+from core.algos.advantages import (
+    ADV_ESTIMATORS,
+    gae_advantages,
+    group_indices,
+    grpo_advantages,
+    reinforce_plus_plus_advantages,
+    remax_advantages,
+    rloo_advantages,
+)
 from core.algos.aggregation import AGG_MODES, aggregate_loss, global_normalisers
+from core.algos.dapo import overlong_penalty, uniform_groups
 from core.algos.entropy import entropy_from_logits, log_probs_from_logits
 from core.algos.kl import KL_ESTIMATORS, kl_penalty
 from core.algos.policy_loss import POLICY_LOSSES, masked_mean, ppo_clip_loss
 from core.algos.registry import Registry
+from core.algos.stats import masked_whiten
+from core.algos.value_loss import clipped_value_loss
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -14,12 +26,20 @@ __all__ = [
     "POLICY_LOSSES",
     "Registry",
     "aggregate_loss",
+    "clipped_value_loss",
     "entropy_from_logits",
+    "gae_advantages",
     "global_normalisers",
     "group_indices",
     "grpo_advantages",
     "kl_penalty",
     "log_probs_from_logits",
     "masked_mean",
+    "masked_whiten",
+    "overlong_penalty",
     "ppo_clip_loss",
+    "reinforce_plus_plus_advantages",
+    "remax_advantages",
+    "rloo_advantages",
+    "uniform_groups",
 ]

@@ -2,7 +2,11 @@
 
 Every estimator takes the same keywords, `fn(*, token_level_rewards, response_mask, group_ids,
 **options)`, and ignores options it does not use, so the trainer calls any of them the same way
-and a recipe switches estimator with one config line.
+and a recipe switches estimator with one config line. An option an estimator cannot do without
+(`values` for gae, `baselines` for remax) fails with a ValueError naming both.
+
+Padding: a masked token neither contributes to nor interrupts a recursion; each response ends at
+its last valid token, and both outputs are zero on masked tokens.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import numpy as np
 import torch
 
 from core.algos.registry import Registry
+from core.algos.stats import masked_whiten
 
 ADV_ESTIMATORS = Registry("advantage estimator")
 
@@ -21,6 +26,35 @@ def group_indices(group_ids: np.ndarray) -> list[list[int]]:
     for row, uid in enumerate(group_ids):
         groups.setdefault(uid, []).append(row)
     return list(groups.values())
+
+
+def _outcome_scores(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, group_ids: np.ndarray
+) -> torch.Tensor:
+    """(B,) outcome reward r_i = Σ_t m_t·r_t of each response, checked against group_ids."""
+    scores = (token_level_rewards * response_mask.to(token_level_rewards.dtype)).sum(dim=-1)
+    if len(group_ids) != scores.shape[0]:
+        raise ValueError(
+            f"group_ids has {len(group_ids)} entries but the batch has {scores.shape[0]} rows; "
+            "pass one uid per response"
+        )
+    return scores
+
+
+def _require(estimator: str, name: str, value, shape: tuple[int, ...], like: torch.Tensor):
+    """`value` as a tensor of `shape` on `like`'s device and dtype, or a ValueError naming both."""
+    if value is None:
+        raise ValueError(
+            f"advantage estimator '{estimator}' needs option `{name}` with shape {tuple(shape)} "
+            "but got none; pass it to the estimator or choose another algorithm.adv_estimator"
+        )
+    value = torch.as_tensor(value, dtype=like.dtype, device=like.device)
+    if tuple(value.shape) != tuple(shape):
+        raise ValueError(
+            f"advantage estimator '{estimator}': `{name}` has shape {tuple(value.shape)}, "
+            f"expected {tuple(shape)} to match token_level_rewards"
+        )
+    return value
 
 
 @ADV_ESTIMATORS.register("grpo")
@@ -35,12 +69,7 @@ def grpo_advantages(
     **_,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Group-relative outcome advantage, broadcast over each response's valid tokens."""
-    scores = token_level_rewards.sum(dim=-1)  # (B,) outcome reward r_i
-    if len(group_ids) != scores.shape[0]:
-        raise ValueError(
-            f"group_ids has {len(group_ids)} entries but the batch has {scores.shape[0]} rows; "
-            "pass one uid per response"
-        )
+    scores = _outcome_scores(token_level_rewards, response_mask, group_ids)  # (B,)
     seq_adv = torch.empty_like(scores)  # (B,)
     for rows in group_indices(group_ids):
         r = scores[rows]  # (n,)
@@ -54,3 +83,97 @@ def grpo_advantages(
         seq_adv[rows] = centred / (r.std() + epsilon) if norm_adv_by_std else centred
     advantages = seq_adv.unsqueeze(-1) * response_mask.to(scores.dtype)  # (B, T_resp)
     return advantages, advantages.clone()
+
+
+@ADV_ESTIMATORS.register("rloo")
+@torch.no_grad()
+def rloo_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: np.ndarray,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Leave-one-out baseline per group, broadcast over each response's valid tokens."""
+    scores = _outcome_scores(token_level_rewards, response_mask, group_ids)  # (B,)
+    seq_adv = scores.clone()  # (B,) a lone sample keeps A = r_i, as verl does
+    for rows in group_indices(group_ids):
+        n = len(rows)
+        if n > 1:
+            r = scores[rows]  # (n,)
+            # RLOO (Ahmadian et al. 2024): A_i = r_i − mean_{j≠i} r_j = n/(n−1)·(r_i − mean_g)
+            seq_adv[rows] = n / (n - 1) * (r - r.mean())
+    advantages = seq_adv.unsqueeze(-1) * response_mask.to(scores.dtype)  # (B, T_resp)
+    return advantages, advantages.clone()
+
+
+@ADV_ESTIMATORS.register("remax")
+@torch.no_grad()
+def remax_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    baselines: torch.Tensor | None = None,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reward-to-go minus the greedy response's reward; `baselines` (B,) is that reward."""
+    rewards = token_level_rewards
+    baselines = _require("remax", "baselines", baselines, rewards.shape[:1], like=rewards)  # (B,)
+    mask = response_mask.to(rewards.dtype)  # (B, T_resp)
+    returns = (rewards * mask).flip(-1).cumsum(-1).flip(-1) * mask  # (B, T_resp) Σ_{t'≥t} r_t'
+    # ReMax (Li et al. 2023): A_t = Σ_{t'≥t} r_{t'} − b_i, b_i = reward of the greedy response.
+    advantages = (returns - baselines.unsqueeze(-1)) * mask  # (B, T_resp)
+    return advantages, returns
+
+
+@ADV_ESTIMATORS.register("reinforce_plus_plus")
+@torch.no_grad()
+def reinforce_plus_plus_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Discounted return of the KL-shaped token rewards, whitened over the batch's valid tokens."""
+    rewards = token_level_rewards
+    valid = response_mask.bool()  # (B, T_resp)
+    returns = torch.zeros_like(rewards)  # (B, T_resp)
+    running = torch.zeros_like(rewards[:, 0])  # (B,) G beyond the last valid token is 0
+    for t in reversed(range(rewards.shape[1])):
+        # REINFORCE++ (Hu 2025): G_t = r_t + γ·G_{t+1}, the KL penalty already inside r_t.
+        g_t = rewards[:, t] + gamma * running
+        running = torch.where(valid[:, t], g_t, running)  # a padding token passes G through
+        returns[:, t] = torch.where(valid[:, t], g_t, 0.0)
+    advantages = masked_whiten(returns, valid) * valid  # (B, T_resp)
+    return advantages, returns
+
+
+@ADV_ESTIMATORS.register("gae")
+@torch.no_grad()
+def gae_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over each response's valid tokens; returns = A + V, then A whitened over the batch."""
+    rewards = token_level_rewards
+    values = _require("gae", "values", values, rewards.shape, like=rewards)  # (B, T_resp)
+    valid = response_mask.bool()  # (B, T_resp)
+    advantages = torch.zeros_like(rewards)  # (B, T_resp), before whitening
+    next_value = torch.zeros_like(rewards[:, 0])  # (B,) V beyond the last valid token is 0
+    next_adv = torch.zeros_like(next_value)  # (B,)
+    for t in reversed(range(rewards.shape[1])):
+        # GAE (Schulman et al. 2016): δ_t = r_t + γV_{t+1} − V_t; A_t = δ_t + γλA_{t+1}.
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        adv_t = delta + gamma * lam * next_adv
+        # A padding token hands the next valid token's V and A through untouched.
+        next_value = torch.where(valid[:, t], values[:, t], next_value)
+        next_adv = torch.where(valid[:, t], adv_t, next_adv)
+        advantages[:, t] = torch.where(valid[:, t], adv_t, 0.0)
+    returns = torch.where(valid, advantages + values, 0.0)  # (B, T_resp) the critic's target
+    return masked_whiten(advantages, valid) * valid, returns

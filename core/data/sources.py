@@ -11,7 +11,7 @@ from pathlib import Path
 from core.data.dataset import write_rows
 
 EMBEDDED_PREFIX = "embedded://"
-EMBEDDED_SIZES = {"train": 4000, "val": 512}
+EMBEDDED_SIZES = {"train": 3000, "val": 512}
 
 
 def resolve_data_files(spec, split: str, cache_dir: Path) -> list[str]:
@@ -27,9 +27,10 @@ def _materialise(spec: str, split: str, cache_dir: Path) -> str:
     if name != arithmetic.DATA_SOURCE:
         raise ValueError(f"data file {spec!r}: unknown embedded dataset; the only one is embedded://arithmetic")
     task_split = "train" if split == "train" else "test"
-    path = Path(cache_dir) / f"arithmetic-{task_split}-v1.parquet"
+    size = EMBEDDED_SIZES[split]
+    path = Path(cache_dir) / f"arithmetic-{task_split}-max{arithmetic.MAX_OPERAND}-n{size}.parquet"
     if not path.exists():
-        rows = arithmetic.make_rows(task_split, EMBEDDED_SIZES[split], seed=1 if split == "train" else 2)
+        rows = arithmetic.make_rows(task_split, size, seed=1 if split == "train" else 2)
         tmp = path.with_suffix(".tmp.parquet")
         write_rows(rows, tmp)
         tmp.replace(path)

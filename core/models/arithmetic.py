@@ -12,7 +12,7 @@ import random
 
 DATA_SOURCE = "arithmetic"
 OPERATORS = ("+", "-")
-MAX_OPERAND = 99
+MAX_OPERAND = 49
 
 
 def solve(a: int, op: str, b: int) -> int:
@@ -24,9 +24,27 @@ def split_of(a: int, op: str, b: int, test_fraction: float = 0.2) -> str:
     return "test" if digest[0] < 256 * test_fraction else "train"
 
 
-def worked_answer(a: int, op: str, b: int) -> str:
+def buggy_solve(a: int, op: str, b: int) -> int:
+    """A student's systematic slips (Brown & Burton 1978, "buggy" arithmetic): addition that
+    forgets to carry, and subtraction that takes the smaller digit from the larger in each column."""
+    if op == "-" and a < b:
+        return -buggy_solve(b, "-", a)
+    columns = []
+    while a or b:
+        da, db = a % 10, b % 10
+        columns.append((da + db) % 10 if op == "+" else abs(da - db))
+        a, b = a // 10, b // 10
+    return int("".join(map(str, reversed(columns))) or "0")
+
+
+def has_slip(a: int, op: str, b: int) -> bool:
+    """True when the buggy procedure gives a wrong answer (a carry or a borrow is needed)."""
+    return buggy_solve(a, op, b) != solve(a, op, b)
+
+
+def worked_answer(a: int, op: str, b: int, buggy: bool = False) -> str:
     """The SFT target: the equation, then the final answer in GSM8K's format."""
-    result = solve(a, op, b)
+    result = buggy_solve(a, op, b) if buggy else solve(a, op, b)
     return f"{a}{op}{b}={result}\n#### {result}"
 
 
@@ -40,8 +58,21 @@ def make_row(a: int, op: str, b: int, index: int, split: str) -> dict:
     }
 
 
-def make_rows(split: str, count: int, seed: int) -> list[dict]:
-    """`count` distinct problems of `split`, drawn deterministically from `seed`."""
+def sft_examples(count: int, seed: int, slip_rate: float) -> list[tuple[list[dict], str]]:
+    """(prompt messages, answer) pairs for the warm-start, from the train split.
+
+    Where a problem needs a carry or a borrow, the answer is the buggy one with probability
+    `slip_rate`: the warm-started policy then holds both procedures, and RL must find the right one.
+    """
+    rng = random.Random(seed + 1)
+    examples = []
+    for i, (a, op, b) in enumerate(_problems("train", count, seed)):
+        buggy = has_slip(a, op, b) and rng.random() < slip_rate
+        examples.append((make_row(a, op, b, i, "train")["prompt"], worked_answer(a, op, b, buggy=buggy)))
+    return examples
+
+
+def _problems(split: str, count: int, seed: int) -> list[tuple[int, str, int]]:
     problems = [
         (a, op, b)
         for op in OPERATORS
@@ -51,5 +82,10 @@ def make_rows(split: str, count: int, seed: int) -> list[dict]:
     ]
     if count > len(problems):
         raise ValueError(f"asked for {count} {split} problems but the task has only {len(problems)}")
-    chosen = random.Random(seed).sample(problems, count)
+    return random.Random(seed).sample(problems, count)
+
+
+def make_rows(split: str, count: int, seed: int) -> list[dict]:
+    """`count` distinct problems of `split`, drawn deterministically from `seed`."""
+    chosen = _problems(split, count, seed)
     return [make_row(a, op, b, i, split) for i, (a, op, b) in enumerate(chosen)]

@@ -47,7 +47,7 @@ def tiny_qwen3_config(tokenizer: PreTrainedTokenizerFast, **overrides) -> Qwen3C
         vocab_size=len(tokenizer),
         hidden_size=128,
         intermediate_size=384,
-        num_hidden_layers=4,
+        num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=32,

@@ -26,13 +26,12 @@ class HFRollout(RolloutBackend):
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         repeated = prompts.repeat(params.n, interleave=True)
         size = self.micro_batch_size or len(repeated)
-        # One seed per call, not per chunk: the same (prompts, params) always give the same samples.
-        generator_state = torch.random.get_rng_state()
-        torch.manual_seed(params.seed)
-        try:
+        # One seed per call, not per chunk: the same (prompts, params) always give the same samples;
+        # fork_rng leaves the caller's CPU and CUDA random streams as they were.
+        cuda_devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda_devices):
+            torch.manual_seed(params.seed)
             chunks = [self._generate_chunk(chunk, params) for chunk in repeated.split(size)]
-        finally:
-            torch.random.set_rng_state(generator_state)
         width = max(c[0].shape[1] for c in chunks)
         responses = torch.cat([_pad_right(c[0], width, self.tokenizer.pad_token_id) for c in chunks])
         log_probs = torch.cat([_pad_right(c[1], width, 0.0) for c in chunks])

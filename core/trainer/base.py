@@ -34,6 +34,7 @@ class BaseTrainer:
         self.reward_manager = RewardManager(self.tokenizer)
         self.tracking = parts.tracking
         self.timings: dict[str, float] = {}
+        self.val_history: list[tuple[int, dict[str, float]]] = []
 
     @property
     def uses_reference(self) -> bool:
@@ -131,6 +132,7 @@ class BaseTrainer:
             metrics = validate(self.actor_rollout.generate, self.reward_manager, self.val_dataset,
                                self.sampling_params(validation=True), self.world)
         self.tracking.log_metrics(metrics, step=step)
+        self.val_history.append((step, metrics))
         return metrics
 
     def log_step(self, step: int, batch: Batch, metrics: dict[str, float]) -> None:

@@ -1,0 +1,41 @@
+"""Shared fixtures: a random tiny model dir (fast, no SFT) and fast trainer overrides."""
+
+import os
+
+import pytest
+import torch
+
+# Two test processes (or torchrun ranks) each spinning 2+ OpenMP threads on a 2-core machine slow
+# torch down tens of times; one thread per process keeps the suite's timing predictable.
+torch.set_num_threads(int(os.environ.get("RECIPEZOO_TEST_THREADS", "2")))
+
+
+@pytest.fixture(scope="session")
+def random_model_dir(tmp_path_factory):
+    """A 2-layer tiny Qwen3 with random weights, saved like any HF model."""
+    from transformers import Qwen3ForCausalLM
+
+    from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
+
+    path = tmp_path_factory.mktemp("tiny-random")
+    tokenizer = build_tiny_tokenizer()
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(tiny_qwen3_config(tokenizer, num_hidden_layers=2)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture
+def fast_overrides(random_model_dir, tmp_path):
+    """A 1-step run on the random model: for plumbing tests, not for learning."""
+    return [
+        f"model.path={random_model_dir}",
+        "trainer.total_steps=1",
+        "trainer.test_freq=0",
+        "data.train_batch_size=4",
+        "actor.ppo_mini_batch_size=2",
+        "rollout.n=2",
+        "data.max_response_length=6",
+        "tracking.backends=[console]",
+        f"trainer.output_dir={tmp_path}/out",
+    ]

@@ -1,0 +1,72 @@
+"""The fit loop end to end on a random model: stages run in order and the contract names culprits."""
+
+import textwrap
+
+import pytest
+import torch
+
+from core.cli import load_trainer_class
+from core.config import load_config
+from core.data.batch import BatchContractError
+from recipes.grpo.trainer import GRPOTrainer
+
+
+def test_one_grpo_step_produces_the_contracted_batch(fast_overrides):
+    trainer = GRPOTrainer(load_config("grpo", fast_overrides))
+    seen = {}
+    original = trainer.update_policy
+
+    def spy(batch):
+        seen["batch"] = batch
+        return original(batch)
+
+    trainer.update_policy = spy
+    trainer.fit()
+    batch = seen["batch"]
+    rows, width = batch["responses"].shape
+    assert rows == 4 * 2
+    for key in ("old_log_probs", "ref_log_probs", "token_level_scores", "advantages"):
+        assert batch[key].shape == (rows, width), key
+    assert (batch["advantages"] * (1 - batch["response_mask"])).abs().sum() == 0
+
+
+def test_a_stage_returning_a_misshapen_batch_is_named_in_the_error(fast_overrides):
+    class BrokenAdvantages(GRPOTrainer):
+        def compute_advantages(self, batch):
+            batch = super().compute_advantages(batch)
+            batch.tensors["advantages"] = batch["advantages"][:, :-1]
+            return batch
+
+    trainer = BrokenAdvantages(load_config("grpo", fast_overrides))
+    with pytest.raises(BatchContractError) as error:
+        trainer.fit()
+    message = str(error.value)
+    assert "[adv]" in message and "'advantages'" in message
+    assert "expected shape" in message and "got" in message
+
+
+def test_a_recipe_defined_in_a_users_file_runs(fast_overrides, tmp_path):
+    recipe = tmp_path / "my_recipe.py"
+    recipe.write_text(textwrap.dedent("""
+        from recipes.grpo.trainer import GRPOTrainer
+
+        class LengthPenaltyGRPO(GRPOTrainer):
+            calls = 0
+
+            def compute_rewards(self, batch):
+                batch = super().compute_rewards(batch)
+                type(self).calls += 1
+                # Each response token costs 0.01 of reward.
+                batch.tensors["token_level_scores"] = batch["token_level_scores"] - 0.01 * batch["response_mask"]
+                return batch
+    """))
+    trainer_cls = load_trainer_class(f"{recipe}:LengthPenaltyGRPO")
+    trainer = trainer_cls(load_config("grpo", fast_overrides))
+    trainer.fit()
+    assert trainer_cls.calls == 1
+
+
+def test_grpo_rejects_groups_of_one(fast_overrides):
+    trainer = GRPOTrainer(load_config("grpo", fast_overrides + ["rollout.n=1", "actor.ppo_mini_batch_size=4"]))
+    with pytest.raises(ValueError, match="rollout.n >= 2"):
+        trainer.fit()
