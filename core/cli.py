@@ -1,4 +1,4 @@
-"""`recipezoo` command line: train (more subcommands arrive with their issues)."""
+"""`recipezoo` command line: train, leaderboard (more subcommands arrive with their issues)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,11 @@ def load_trainer_class(spec: str):
 def train(args: argparse.Namespace) -> int:
     config = load_config(args.recipe, args.overrides)
     trainer_cls = load_trainer_class(config.trainer.cls)
+    if args.dry_run or config.trainer.dry_run:
+        from core.trainer.plan import format_plan, make_plan
+
+        print(format_plan(make_plan(config)), flush=True)
+        return 0
     trainer = trainer_cls(config)
     trainer.fit()
     if trainer.world.is_main and len(trainer.val_history) >= 2:
@@ -63,18 +68,56 @@ def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def leaderboard(args: argparse.Namespace) -> int:
+    """MLflow (or a committed export) -> results/leaderboard.{md,csv,json} and curves_*.png."""
+    from core.tracking.leaderboard import write_leaderboard
+    from core.tracking.run_export import LeaderboardError, export_runs, load_export, save_export
+
+    try:
+        if args.from_export:
+            export, export_path = load_export(args.from_export), args.from_export
+        else:
+            from core.tracking.mlflow_tracker import normalize_tracking_uri
+
+            export, export_path = export_runs(normalize_tracking_uri(args.uri), args.experiment), args.export
+        written = write_leaderboard(export, args.out, export_path=export_path)  # checks before writing
+    except LeaderboardError as error:
+        print(f"recipezoo leaderboard: {error}", file=sys.stderr)
+        return 1
+    if not args.from_export:
+        written.insert(0, save_export(export, args.export))  # only a valid export replaces the committed one
+    print("wrote " + ", ".join(str(path) for path in written), flush=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recipezoo", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     train_parser = commands.add_parser("train", help="run an RL recipe")
     train_parser.add_argument("--recipe", default="grpo", help="recipe name (recipes/<name>) or a config .yaml path")
+    train_parser.add_argument("--dry-run", action="store_true",
+                              help="check the config and data, print the plan, train nothing (= trainer.dry_run=true)")
     train_parser.add_argument("overrides", nargs="*", help="config overrides, e.g. actor.lr=1e-5")
     train_parser.set_defaults(handler=train)
+    board = commands.add_parser("leaderboard", help="build results/leaderboard.md and plots from MLflow runs")
+    board.add_argument("--uri", default=None, help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db)")
+    board.add_argument("--experiment", default="recipezoo", help="MLflow experiment (tracking.experiment)")
+    board.add_argument("--from-export", metavar="PATH", help="rebuild from a run export, without MLflow")
+    board.add_argument("--export", metavar="PATH", default="results/runs.json",
+                       help="where to write the run export when reading MLflow")
+    board.add_argument("--out", metavar="DIR", default="results", help="output directory")
+    board.set_defaults(handler=leaderboard)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse leaves overrides that follow a flag (`train a=1 --dry-run b=2`) unparsed: they are overrides too.
+    if extra and (args.command != "train" or any(arg.startswith("-") for arg in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides += extra
     try:
         return args.handler(args)
     except ConfigError as error:

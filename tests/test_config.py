@@ -13,7 +13,7 @@ from core.config import CONFIG_DIR, ConfigError, load_config
 def test_grpo_recipe_inherits_base_values():
     cfg = load_config("grpo")
     assert cfg.actor.clip_ratio_low == 0.2
-    assert cfg.actor.lr == 1e-6
+    assert cfg.actor.lr == 1e-4
     assert cfg.data.max_response_length == 24
     assert cfg.algorithm.adv_estimator == "grpo"
 
@@ -24,11 +24,11 @@ def test_grpo_recipe_states_its_deltas_over_base():
     cfg = load_config("grpo")
     assert cfg.actor.use_kl_loss is True
     assert cfg.trainer.cls == "recipes.grpo.trainer.GRPOTrainer"
-    assert cfg.tracking.run_name == "grpo-tiny"
+    assert cfg.tracking.run_name == "grpo"
 
 
 def test_interpolations_resolve_against_the_recipe_values():
-    assert load_config("grpo").trainer.output_dir == "outputs/grpo-tiny"
+    assert load_config("grpo").trainer.output_dir == "outputs/grpo"
 
 
 def test_overrides_apply_over_the_recipe():

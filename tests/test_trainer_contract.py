@@ -3,7 +3,6 @@
 import textwrap
 
 import pytest
-import torch
 
 from core.cli import load_trainer_class
 from core.config import load_config

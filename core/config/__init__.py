@@ -84,6 +84,6 @@ def _unknown_keys(cfg: dict, base: dict, prefix: str) -> list[str]:
         dotted = f"{prefix}{key}"
         if key not in base:
             unknown.append(dotted)
-        elif isinstance(value, dict) and isinstance(base[key], dict):
+        elif isinstance(value, dict) and isinstance(base[key], dict) and base[key]:  # empty = open (tags)
             unknown += _unknown_keys(value, base[key], dotted + ".")
     return unknown

@@ -27,7 +27,7 @@ WARMSTART_VERSION = 1
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    steps: int = 500
+    steps: int = 1000
     batch_size: int = 64
     lr: float = 1e-3
     warmup_steps: int = 20

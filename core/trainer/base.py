@@ -6,11 +6,8 @@ contract (`Batch.check`) with the stage's name, so a shape bug names the stage t
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
-import torch
-from omegaconf import OmegaConf
 
 from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
@@ -19,7 +16,7 @@ from core.engine.distributed import all_reduce_mean
 from core.reward.manager import RewardManager
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
-from core.trainer.metrics import data_metrics, throughput_metrics
+from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, throughput_metrics
 from core.trainer.setup import build_components
 from core.trainer.validation import validate
 
@@ -138,8 +135,10 @@ class BaseTrainer:
     def log_step(self, step: int, batch: Batch, metrics: dict[str, float]) -> None:
         metrics = dict(metrics)
         metrics.update(data_metrics(batch, self.config.data.max_response_length))
-        metrics.update(throughput_metrics(batch, self.timings["timing_s/step"], self.world.size))
+        metrics.update(throughput_metrics(batch, self.timings["timing_s/step"]))
         metrics = all_reduce_mean(metrics, self.world.device)
+        for key in SUMMED_OVER_RANKS:
+            metrics[key] *= self.world.size
         metrics.update(self.timings)
         metrics["training/epoch"] = batch.meta.get("epoch", 0)
         self.tracking.log_metrics(metrics, step=step)

@@ -30,7 +30,15 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     return metrics
 
 
-def throughput_metrics(batch: Batch, step_seconds: float, world_size: int) -> dict[str, float]:
-    """Tokens (prompt + response) processed per second per device."""
+def throughput_metrics(batch: Batch, step_seconds: float) -> dict[str, float]:
+    """This rank's tokens (prompt + response) and tokens per second: per device, as verl reports."""
     tokens = batch["attention_mask"].sum().item()
-    return {"perf/total_num_tokens": tokens, "perf/throughput": tokens / max(step_seconds, 1e-9) / world_size}
+    return {
+        "perf/total_num_tokens": tokens,
+        "rollout/generated_tokens": batch["response_mask"].sum().item(),
+        "perf/throughput": tokens / max(step_seconds, 1e-9),
+    }
+
+
+# Counts that add up over ranks; every other metric is averaged.
+SUMMED_OVER_RANKS = ("perf/total_num_tokens", "rollout/generated_tokens")

@@ -58,15 +58,21 @@ def build_components(config, with_reference: bool) -> Components:
 
 
 def build_datasets(data, tokenizer) -> tuple[PromptDataset, PromptDataset]:
-    cache = default_cache_dir() / "data"
-    cache.mkdir(parents=True, exist_ok=True)
     common = dict(max_prompt_length=data.max_prompt_length, truncation=data.truncation,
                   prompt_key=data.prompt_key, ground_truth_key=data.ground_truth_key)
-    train = PromptDataset(resolve_data_files(data.train_files, "train", cache), tokenizer, **common)
-    val = PromptDataset(resolve_data_files(data.val_files, "val", cache), tokenizer, **common)
+    train = PromptDataset(data_files(data, "train"), tokenizer, **common)
+    val = PromptDataset(data_files(data, "val"), tokenizer, **common)
     if data.val_max_samples:
         val.items = val.items[: data.val_max_samples]
     return train, val
+
+
+def data_files(data, split: str) -> list[str]:
+    """The paths `data.train_files` (split "train") or `data.val_files` ("val") name; embedded
+    datasets are written to the cache first. The dry run reads exactly these files too."""
+    cache = default_cache_dir() / "data"
+    cache.mkdir(parents=True, exist_ok=True)
+    return resolve_data_files(data.train_files if split == "train" else data.val_files, split, cache)
 
 
 def check_batch_sizes(config, world_size: int) -> None:

@@ -1,0 +1,381 @@
+"""The leaderboard (DESIGN §8): one row per recipe × model, one column per task, mean ± std over seeds.
+
+Built from a run export (run_export.py), never typed by hand. Each task column `val/<data_source>/acc`
+has one fixed evaluation protocol (dataset, split, samples, temperature, top-p, grader), read from
+the runs' params and printed above the table. Runs of one column evaluated differently are never
+averaged together: building raises and names them (delete the odd runs, or re-evaluate them).
+
+Outputs (all deterministic: the same export gives byte-identical files):
+  leaderboard.md / .csv / .json, and curves_<data_source>.png (held-out acc and training reward
+  vs step, mean over seeds with a ±std band, one line per recipe).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.tracking.console import format_duration
+from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError, is_task_acc_key
+
+GSM8K_STRICT = "gsm8k strict `#### N`"
+# data_source -> how its accuracy is graded (core/reward/manager.py's scorers; GSM8K is verl-compatible).
+GRADERS = {"arithmetic": GSM8K_STRICT, "gsm8k": GSM8K_STRICT, "openai/gsm8k": GSM8K_STRICT}
+PROTOCOL_KEYS = ("dataset", "split", "samples", "temperature", "top_p", "grader")
+# Where each protocol entry comes from, so an error names the config key to fix.
+PROTOCOL_SOURCES = {
+    "dataset": "data.val_files", "split": "data.val_files",
+    "samples": "data.val_max_samples, rollout.val_n", "temperature": "rollout.val_temperature",
+    "top_p": "rollout.top_p", "grader": "the data_source's scorer",
+}
+_SPLIT_NAMES = (("validation", "validation"), ("valid", "validation"), ("val", "validation"),
+                ("test", "test"), ("dev", "dev"), ("train", "train"))
+
+
+@dataclass
+class Cell:
+    """One task accuracy of one row: the final validation value of each seed, and their summary."""
+
+    values: list[float]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.values) if self.n >= 2 else None  # ddof=1
+
+    def text(self) -> str:
+        spread = f"{self.std:.3f}" if self.std is not None else "n/a"
+        return f"{self.mean:.3f} ± {spread} ({self.n})"
+
+
+@dataclass
+class Row:
+    recipe: str
+    model: str
+    runs: list[dict]
+    cells: dict[str, Cell] = field(default_factory=dict)  # task -> cell
+
+    @property
+    def seeds(self) -> int:
+        return len(self.runs)
+
+    def steps_text(self, dash: str = "–") -> str:
+        steps = sorted({run["steps"] for run in self.runs if run["steps"] is not None})
+        if not steps:
+            return "?"
+        return str(steps[0]) if len(steps) == 1 else f"{steps[0]}{dash}{steps[-1]}"
+
+    @property
+    def wall_seconds(self) -> float | None:
+        values = [run["wall_seconds"] for run in self.runs if run["wall_seconds"] is not None]
+        return statistics.fmean(values) if values else None
+
+    @property
+    def generated_tokens(self) -> float:
+        return statistics.fmean(run["generated_tokens"] for run in self.runs)
+
+
+@dataclass
+class Leaderboard:
+    tasks: list[str]                       # data sources, sorted; column i is val/<tasks[i]>/acc
+    protocols: dict[str, dict[str, str]]   # task -> PROTOCOL_KEYS -> text
+    rows: list[Row]                        # sorted by the first task's mean, best first
+    experiment: str | None = None
+
+
+def task_protocol(run: dict, task: str) -> dict[str, str]:
+    """How `run` evaluated `task`, in words a reader can check; equal dicts = comparable numbers."""
+    params = run["params"]
+    files = params.get("data.val_files") or "not logged"
+    max_samples, val_n = params.get("data.val_max_samples"), params.get("rollout.val_n") or "?"
+    prompts = f"first {max_samples} prompts" if _number(max_samples) else "all prompts"
+    temperature = _number(params.get("rollout.val_temperature"))
+    top_p = _number(params.get("rollout.top_p"))
+    return {
+        "dataset": f"{task} ({files})",
+        "split": _split(files),
+        "samples": f"{prompts} × {val_n} response{'s' if val_n != '1' else ''} each",
+        "temperature": "not logged" if temperature is None else
+                       "0 (greedy)" if temperature == 0 else f"{temperature:g}",
+        "top_p": "not logged" if top_p is None else f"{top_p:g}",
+        "grader": GRADERS.get(task, f"unregistered for data_source {task!r}"),
+    }
+
+
+def _number(text: Any) -> float | None:
+    """A param string as a number; None for 'None'/'null'/missing (also 0 samples = all, like the loader)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _split(files: str) -> str:
+    """The held-out split, from the file names: the embedded task validates on its `test` split."""
+    try:
+        specs = json.loads(files) if files.startswith("[") else [files]
+    except json.JSONDecodeError:
+        specs = [files]
+    splits = []
+    for spec in specs:
+        if str(spec).startswith("embedded://"):
+            splits.append("test")  # core/data/sources.py: the val set is the task's test split
+            continue
+        stem = re.split(r"[/\\]", str(spec))[-1].lower()
+        words = re.split(r"[^a-z]+", stem)
+        splits.append(next((name for word, name in _SPLIT_NAMES if word in words), "unknown"))
+    return ", ".join(dict.fromkeys(splits))
+
+
+def build_leaderboard(export: dict) -> Leaderboard:
+    """Group the export's runs by (recipe, model) and summarise each task column over seeds.
+
+    Raises LeaderboardError when the export has no runs, when one (recipe, model) has two runs of
+    one seed (n would count that seed twice), or when a column's runs used different protocols.
+    """
+    runs = export.get("runs") or []
+    if not runs:
+        raise LeaderboardError(
+            f"no FINISHED runs with a `recipe` tag in experiment {export.get('experiment')!r}; "
+            "recipes set it with tracking.tags.recipe, and only finished runs count"
+        )
+    tasks = sorted({key[len("val/"):-len("/acc")] for run in runs for key in run["final"] if is_task_acc_key(key)})
+    protocols = {task: _one_protocol(task, [run for run in runs if f"val/{task}/acc" in run["final"]])
+                 for task in tasks}
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["recipe"], str(run["model"])), []).append(run)
+    rows = []
+    for (recipe, model), members in groups.items():
+        _check_unique_seeds(recipe, model, members)
+        row = Row(recipe, model, members)
+        for task in tasks:
+            values = [run["final"][f"val/{task}/acc"] for run in members if f"val/{task}/acc" in run["final"]]
+            if values:
+                row.cells[task] = Cell(values)
+        rows.append(row)
+    first = tasks[0] if tasks else None
+    # Best first; rows without the first task's metric last; ties by name, so the order is stable.
+    rows.sort(key=lambda r: (first not in r.cells, -r.cells[first].mean if first in r.cells else 0.0,
+                             r.recipe, r.model))
+    return Leaderboard(tasks, protocols, rows, export.get("experiment"))
+
+
+def _one_protocol(task: str, runs: list[dict]) -> dict[str, str]:
+    variants: dict[tuple, list[dict]] = {}
+    for run in runs:
+        variants.setdefault(tuple(task_protocol(run, task).items()), []).append(run)
+    if len(variants) == 1:
+        return dict(next(iter(variants)))
+    differing = [key for key in PROTOCOL_KEYS if len({dict(v)[key] for v in variants}) > 1]
+    lines = [
+        f"column val/{task}/acc: its runs were evaluated under {len(variants)} different protocols, which "
+        f"must not be averaged together; they differ in {', '.join(differing)} "
+        f"(params {'; '.join(PROTOCOL_SOURCES[key] for key in differing)}):"
+    ]
+    for protocol, members in sorted(variants.items(), key=lambda item: -len(item[1])):
+        shown = ", ".join(f"{key}={dict(protocol)[key]!r}" for key in differing)
+        names = ", ".join(f"{run['recipe']} seed {run['seed']} (run {run['run_id']})" for run in members)
+        lines.append(f"  {shown}: {len(members)} run(s): {names}")
+    lines.append("Evaluate every run of the column under one protocol, or remove the odd runs from the "
+                 "store (`mlflow runs delete --run-id ID`) and rerun `recipezoo leaderboard`.")
+    raise LeaderboardError("\n".join(lines))
+
+
+def _check_unique_seeds(recipe: str, model: str, runs: list[dict]) -> None:
+    by_seed: dict[Any, list[str]] = {}
+    for run in runs:
+        if run["seed"] is not None:
+            by_seed.setdefault(run["seed"], []).append(run["run_id"])
+    repeated = {seed: ids for seed, ids in by_seed.items() if len(ids) > 1}
+    if repeated:
+        details = "; ".join(f"seed {seed}: runs {', '.join(ids)}" for seed, ids in sorted(repeated.items(), key=str))
+        raise LeaderboardError(
+            f"recipe {recipe!r} × model {model!r} has several finished runs of one seed ({details}); "
+            "a seed must count once: delete the superseded run(s) with `mlflow runs delete --run-id ID`"
+        )
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+
+def format_tokens(count: float) -> str:
+    """812, 12.3k, 4.56M, 1.20G: three significant digits."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return f"{count:.0f}"
+
+
+def plot_name(task: str) -> str:
+    return f"curves_{re.sub(r'[^A-Za-z0-9_.-]', '_', task)}.png"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def render_markdown(board: Leaderboard, export_path: str, out_dir: str) -> str:
+    lines = [
+        "# recipezoo leaderboard",
+        "",
+        f"Generated by `recipezoo leaderboard` from `{export_path}` (MLflow experiment "
+        f"`{board.experiment}`); never edit by hand. Regenerate with "
+        f"`recipezoo leaderboard --from-export {export_path} --out {out_dir}`.",
+        "",
+        "Each task cell is mean ± std (n) of the runs' final held-out accuracy over n seeds "
+        "(std with ddof=1, n/a for one seed). Wall time and generated tokens are means per run.",
+        "",
+        "## Evaluation protocol",
+    ]
+    for task in board.tasks:
+        lines += ["", f"### {task} acc (`val/{task}/acc`)", "", "| protocol | value |", "|---|---|"]
+        lines += [f"| {key.replace('_', '-')} | {_md(board.protocols[task][key])} |" for key in PROTOCOL_KEYS]
+    order = f", sorted by {board.tasks[0]} acc" if board.tasks else ""
+    header = ["recipe", "model", *[f"{task} acc" for task in board.tasks],
+              "seeds", "steps", "wall time", "generated tokens"]
+    lines += ["", f"## Results{order}", "", "| " + " | ".join(header) + " |",
+              "|---|---|" + "---:|" * (len(header) - 2)]
+    for row in board.rows:
+        cells = [row.recipe, row.model, *[row.cells[t].text() if t in row.cells else "—" for t in board.tasks],
+                 str(row.seeds), row.steps_text(),
+                 format_duration(row.wall_seconds) if row.wall_seconds is not None else "?",
+                 format_tokens(row.generated_tokens)]
+        lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
+    for task in board.tasks:
+        lines += ["", f"![{task}: held-out accuracy and training reward vs step]({plot_name(task)})"]
+    return "\n".join(lines) + "\n"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def board_records(board: Leaderboard) -> list[dict]:
+    """One flat dict per row, the same numbers the markdown shows (unrounded to 6 digits)."""
+    records = []
+    for row in board.rows:
+        record: dict[str, Any] = {"recipe": row.recipe, "model": row.model}
+        for task in board.tasks:
+            cell = row.cells.get(task)
+            record[f"{task}/acc_mean"] = _round(cell.mean) if cell else None
+            record[f"{task}/acc_std"] = _round(cell.std) if cell else None
+            record[f"{task}/acc_n"] = cell.n if cell else 0
+        record.update(seeds=row.seeds, steps=row.steps_text("-"), wall_seconds=_round(row.wall_seconds),
+                      generated_tokens=_round(row.generated_tokens),
+                      run_ids=" ".join(run["run_id"] for run in row.runs))
+        records.append(record)
+    return records
+
+
+def render_csv(board: Leaderboard) -> str:
+    records = board_records(board)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(records[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(records)
+    return out.getvalue()
+
+
+def render_json(board: Leaderboard, export_path: str) -> str:
+    data = {
+        "generated_by": "recipezoo leaderboard",
+        "source": export_path,
+        "experiment": board.experiment,
+        "columns": [{"metric": f"val/{task}/acc", "data_source": task, "protocol": board.protocols[task]}
+                    for task in board.tasks],
+        "rows": board_records(board),
+    }
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _mean_curve(histories: list[list[list[float]]]) -> tuple[list[float], list[float], list[float]]:
+    """Steps, mean and std over the seeds that logged each step (std 0 where only one did)."""
+    by_step: dict[float, list[float]] = {}
+    for history in histories:
+        for step, value in history:
+            by_step.setdefault(step, []).append(value)
+    steps = sorted(by_step)
+    means = [statistics.fmean(by_step[s]) for s in steps]
+    stds = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
+    return steps, means, stds
+
+
+def plot_curves(board: Leaderboard, task: str, path: Path) -> Path:
+    """Two panels: held-out `task` accuracy and training reward vs step, one line per row."""
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend (Agg via savefig)
+    from matplotlib.ticker import MaxNLocator
+
+    figure = Figure(figsize=(11, 4.2), layout="constrained")
+    acc_axes, reward_axes = figure.subplots(1, 2)
+    several_models = len({row.model for row in board.rows}) > 1
+    for row in board.rows:
+        label = f"{row.recipe} · {row.model}" if several_models else row.recipe
+        label += f" (n={row.seeds})"
+        for axes, key in ((acc_axes, f"val/{task}/acc"), (reward_axes, TRAIN_REWARD_KEY)):
+            histories = [run["history"].get(key) for run in row.runs if run["history"].get(key)]
+            if not histories:
+                continue
+            steps, means, stds = _mean_curve(histories)
+            (line,) = axes.plot(steps, means, label=label, marker="o" if len(steps) < 20 else None, markersize=3)
+            axes.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+                              color=line.get_color(), alpha=0.2, linewidth=0)
+    protocol = board.protocols[task]
+    acc_axes.set_title(f"held-out {task} acc ({protocol['temperature']}, {protocol['samples']})", fontsize=9)
+    acc_axes.set_ylabel(f"val/{task}/acc")
+    reward_axes.set_title(f"training reward ({TRAIN_REWARD_KEY})", fontsize=9)
+    reward_axes.set_ylabel(TRAIN_REWARD_KEY)
+    for axes in (acc_axes, reward_axes):
+        axes.set_xlabel("step")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.grid(alpha=0.3)
+        if axes.lines:
+            axes.legend(fontsize=8)
+    figure.suptitle("mean over seeds, shaded ±1 std", fontsize=9)
+    # No Software/date metadata: the same export must give the same bytes.
+    figure.savefig(path, dpi=100, format="png", metadata={"Software": None})
+    return path
+
+
+def _display(path: str | Path) -> str:
+    """A path as the reader would type it: relative to the working directory when inside it."""
+    path = Path(path)
+    if path.is_absolute():
+        try:
+            path = path.relative_to(Path.cwd())
+        except ValueError:
+            pass
+    return path.as_posix()
+
+
+def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path | None = None) -> list[Path]:
+    """Build the leaderboard (raising before anything is written) and write md, csv, json and plots.
+
+    `export_path` is where `export` is kept (default `<out_dir>/runs.json`); the markdown names it
+    as the source to regenerate from. Returns the written paths.
+    """
+    board = build_leaderboard(export)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    source = _display(export_path if export_path is not None else out / "runs.json")
+    written = []
+    for name, text in (("leaderboard.md", render_markdown(board, source, _display(out))),
+                       ("leaderboard.csv", render_csv(board)),
+                       ("leaderboard.json", render_json(board, source))):
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+    for task in board.tasks:
+        written.append(plot_curves(board, task, out / plot_name(task)))
+    return written

@@ -1,0 +1,158 @@
+"""A compact export of the MLflow runs the leaderboard is built from (`results/runs.json`).
+
+MLflow is the system of record, but the store (`mlflow.db` plus artifacts) is large and local.
+The export keeps only what the leaderboard and its plots read: per FINISHED run with a `recipe`
+tag, its identity (recipe, model, seed), size (steps, wall time, generated tokens), the
+evaluation-protocol params, the final `val/*` metrics and short histories. Committed next to
+the table, it lets anyone regenerate the table without the store:
+`recipezoo leaderboard --from-export results/runs.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+EXPORT_SCHEMA = 1
+# Flattened config keys (see mlflow_tracker.flatten_config) that define a run and how it was evaluated.
+EXPORTED_PARAMS = (
+    "algorithm.adv_estimator",
+    "data.val_files",
+    "data.val_max_samples",
+    "model.path",
+    "rollout.top_p",
+    "rollout.val_n",
+    "rollout.val_temperature",
+    "trainer.seed",
+    "trainer.total_steps",
+)
+TRAIN_REWARD_KEY = "critic/score/mean"
+GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step, logged every step
+
+
+class LeaderboardError(ValueError):
+    """The runs cannot make a leaderboard as they are; the message says why and what to do."""
+
+
+def is_task_acc_key(key: str) -> bool:
+    """`val/<data_source>/acc` (data_source may hold a slash: `openai/gsm8k`), not the overall `val/acc`."""
+    return key.startswith("val/") and key.endswith("/acc") and len(key) > len("val/acc")
+
+
+def export_runs(tracking_uri: str, experiment: str) -> dict:
+    """The compact export of every FINISHED run with a `recipe` tag in `experiment`.
+
+    FAILED, KILLED and RUNNING runs are left out (a crashed seed must not count), and so are
+    deleted runs (`mlflow runs delete --run-id ...` is how a bad run leaves the leaderboard).
+    """
+    import mlflow  # ~2 s; `--from-export` never needs it
+
+    client = mlflow.MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise LeaderboardError(
+            f"no MLflow experiment {experiment!r} at {tracking_uri}; it has {names}. "
+            "Pass --experiment NAME (the recipes' tracking.experiment) or --uri of the right store"
+        )
+    runs, page_token = [], None
+    while True:
+        page = client.search_runs([found.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                                  max_results=1000, page_token=page_token)
+        runs.extend(run for run in page if run.data.tags.get("recipe"))
+        page_token = page.token
+        if not page_token:
+            break
+    exported = [_export_run(client, run) for run in runs]
+    exported.sort(key=lambda r: (r["recipe"], r["model"] or "", _seed_order(r["seed"]), r["run_id"]))
+    return {"schema": EXPORT_SCHEMA, "experiment": experiment, "runs": exported}
+
+
+def _export_run(client, run) -> dict:
+    info, params, tags, metrics = run.info, run.data.params, run.data.tags, run.data.metrics
+
+    def history(key: str) -> list[list[float]]:
+        points = {int(m.step): float(m.value) for m in sorted(client.get_metric_history(info.run_id, key),
+                                                            key=lambda m: (m.step, m.timestamp))}
+        return [[step, points[step]] for step in sorted(points)]  # last logged value per step wins
+
+    histories = {key: history(key) for key in sorted(metrics) if is_task_acc_key(key)}
+    histories[TRAIN_REWARD_KEY] = history(TRAIN_REWARD_KEY) if TRAIN_REWARD_KEY in metrics else []
+    # Final values from the histories where we have them: MLflow's "latest" breaks step ties by timestamp.
+    final = {key: metrics[key] for key in sorted(metrics) if key.startswith("val/")}
+    final.update({key: points[-1][1] for key, points in histories.items() if key in final and points})
+    tokens = history(GENERATED_TOKENS_KEY) if GENERATED_TOKENS_KEY in metrics else []
+    train_steps = histories[TRAIN_REWARD_KEY]
+    return {
+        "run_id": info.run_id,
+        "run_name": info.run_name,
+        "recipe": tags["recipe"],
+        "model": params.get("model.path"),
+        "seed": _seed(tags.get("seed", params.get("trainer.seed"))),
+        "steps": train_steps[-1][0] if train_steps else _int_or_none(params.get("trainer.total_steps")),
+        "wall_seconds": round((info.end_time - info.start_time) / 1000, 3) if info.end_time else None,
+        "generated_tokens": int(round(sum(value for _, value in tokens))),
+        "params": {key: params.get(key) for key in EXPORTED_PARAMS},
+        "final": final,
+        "history": histories,
+    }
+
+
+def _seed(value: Any) -> int | str | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _seed_order(seed: Any) -> tuple:
+    return (0, seed, "") if isinstance(seed, int) else (1, 0, str(seed))
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def save_export(data: dict, path: str | Path) -> Path:
+    """Write `data` as stable, diff-friendly JSON: sorted keys, one history point per line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = _dump(data, 0) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)  # a crash mid-write must not leave the committed export half-written
+    return path
+
+
+def load_export(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise LeaderboardError(f"export {path} does not exist; create it with `recipezoo leaderboard` "
+                               "(reads MLflow and writes results/runs.json)")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("schema") != EXPORT_SCHEMA or "runs" not in data:
+        raise LeaderboardError(f"{path} is not a recipezoo run export (schema {EXPORT_SCHEMA}); "
+                               "regenerate it with `recipezoo leaderboard`")
+    return data
+
+
+def _dump(value: Any, indent: int) -> str:
+    """json.dumps(indent=2, sort_keys=True), except that a list of scalars stays on one line,
+    so a 300-step history is 300 lines, not 1,200."""
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{inner}{json.dumps(str(k))}: {_dump(value[k], indent + 1)}" for k in sorted(value)]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, (list, tuple)):
+        if all(not isinstance(v, (dict, list, tuple)) for v in value):
+            return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+        return "[\n" + ",\n".join(inner + _dump(v, indent + 1) for v in value) + "\n" + pad + "]"
+    return json.dumps(value)  # NaN stays NaN (Python's json reads it back): a diverged run must show

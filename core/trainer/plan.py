@@ -1,0 +1,276 @@
+"""The dry run: resolve and check a config and its data, then say what the real run would do.
+
+`trainer.dry_run=true` (or `recipezoo train --dry-run`) stops here, so a run meant for 8 GPUs can
+be checked on a laptop: no tokenizer, model or rollout engine is loaded and nothing is downloaded.
+What needs the tokenizer (prompt lengths against `data.max_prompt_length`) is left to the real run.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from core.algos.advantages import ADV_ESTIMATORS
+from core.algos.aggregation import AGG_MODES
+from core.algos.kl import KL_ESTIMATORS
+from core.algos.policy_loss import POLICY_LOSSES
+from core.config import ConfigError
+from core.data.dataset import TRUNCATION_MODES, get_field, read_rows
+from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
+from core.trainer.setup import check_batch_sizes, data_files
+
+# Every name a key accepts, with None when it works today and else why the real run would stop.
+ROLLOUT_BACKENDS = {"hf": None, "vllm": "arrives in a later issue", "sglang": "arrives in a later issue"}
+CONTROLLERS = {"local": None, "ray": "arrives in a later issue"}
+PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR` (that command arrives in a later issue)"
+_MISSING = object()
+
+
+def make_plan(config) -> dict:
+    """Check every value a run depends on and return the plan as plain data (see `format_plan`)."""
+    try:
+        resolved = OmegaConf.to_container(config, resolve=True)  # a broken ${...} fails here
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot resolve the config: {error}") from None
+    check_choices(config)
+    check_positive(config)
+    data, actor, rollout, trainer = config.data, config.actor, config.rollout, config.trainer
+    world = trainer.nnodes * trainer.n_gpus_per_node
+    try:
+        check_batch_sizes(config, world)  # the real run's check, at the world the run asks for
+    except ValueError as error:
+        raise ConfigError(f"{error} (trainer.nnodes={trainer.nnodes} × trainer.n_gpus_per_node="
+                          f"{trainer.n_gpus_per_node})") from None
+    train_rows = check_data_schema(data_files_or_error(data, "train"), data.prompt_key, data.ground_truth_key,
+                                   files_key="data.train_files")
+    val_rows = check_data_schema(data_files_or_error(data, "val"), data.prompt_key, data.ground_truth_key,
+                                 files_key="data.val_files")
+
+    roles = ["actor", "rollout"] + (["ref"] if actor.use_kl_loss or config.algorithm.use_kl_in_reward else [])
+    seqs_per_mini = actor.ppo_mini_batch_size * rollout.n
+    per_device = seqs_per_mini // world
+    steps_per_epoch = sum(train_rows.values()) // data.train_batch_size
+    notes = []
+    if ROLLOUT_BACKENDS[rollout.name]:
+        notes.append(f"rollout.name={rollout.name}: the {rollout.name} backend {ROLLOUT_BACKENDS[rollout.name]}; "
+                     f"until then the real run stops when it builds the rollout (use rollout.name=hf)")
+    if CONTROLLERS[trainer.controller]:
+        notes.append(f"trainer.controller={trainer.controller} {CONTROLLERS[trainer.controller]}")
+    if trainer.controller == "local" and world > 1:
+        notes.append(f"controller=local runs one rank per process: start the real run under `torchrun "
+                     f"--nnodes={trainer.nnodes} --nproc_per_node={trainer.n_gpus_per_node}`")
+    if not steps_per_epoch:
+        notes.append(f"data.train_files hold {sum(train_rows.values())} prompts, fewer than "
+                     f"data.train_batch_size={data.train_batch_size}: the real run stops before step 1")
+    return {
+        "trainer": {"cls": trainer.cls, "controller": trainer.controller, "run_name": resolved["tracking"]["run_name"],
+                    "output_dir": resolved["trainer"]["output_dir"], "tracking": list(config.tracking.backends)},
+        "model": {"path": config.model.path, "source": model_source(config.model.path)},
+        "rollout": {"name": rollout.name, "status": ROLLOUT_BACKENDS[rollout.name] or "available",
+                    "n": rollout.n, "temperature": rollout.temperature, "top_p": rollout.top_p},
+        "resources": {"nnodes": trainer.nnodes, "n_gpus_per_node": trainer.n_gpus_per_node, "world_size": world,
+                      "device": trainer.device,
+                      "pool": {"name": "global_pool", "devices": world},
+                      "roles": ["+".join(roles)] + (["critic"] if config.algorithm.adv_estimator == "gae" else [])},
+        "batch": {"prompts_per_step": data.train_batch_size,
+                  "sequences_per_step": data.train_batch_size * rollout.n,
+                  "ppo_mini_batch_size": actor.ppo_mini_batch_size,
+                  "mini_batches_per_step": data.train_batch_size // actor.ppo_mini_batch_size,
+                  "ppo_epochs": actor.ppo_epochs,
+                  "optimizer_steps_per_step": data.train_batch_size // actor.ppo_mini_batch_size * actor.ppo_epochs,
+                  "sequences_per_mini_batch": seqs_per_mini,
+                  "sequences_per_mini_batch_per_device": per_device,
+                  "micro_batch_size": min(actor.micro_batch_size, per_device),
+                  "grad_accumulation_steps": math.ceil(per_device / actor.micro_batch_size)},
+        "lengths": {"prompt": data.max_prompt_length, "response": data.max_response_length},
+        "steps": {"total_steps": trainer.total_steps, "steps_per_epoch": steps_per_epoch,
+                  "epochs": trainer.total_steps / steps_per_epoch if steps_per_epoch else None,
+                  "test_freq": trainer.test_freq,
+                  "val_prompts": min(sum(val_rows.values()), data.val_max_samples or math.inf),
+                  "val_temperature": rollout.val_temperature, "val_n": rollout.val_n},
+        "algorithm": algorithm_summary(config),
+        "data": {"train": train_rows, "val": val_rows,
+                 "fields": ["data_source", data.prompt_key, data.ground_truth_key]},
+        "notes": notes,
+    }
+
+
+def check_choices(config) -> None:
+    """Keys that take a name: an unknown one fails here, with the names that work."""
+    choices = {
+        "rollout.name": list(ROLLOUT_BACKENDS),
+        "trainer.controller": list(CONTROLLERS),
+        "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
+        "actor.policy_loss": POLICY_LOSSES.names(),
+        "actor.loss_agg_mode": AGG_MODES.names(),
+        "actor.kl_loss_type": KL_ESTIMATORS.names(),
+        "algorithm.kl_penalty": KL_ESTIMATORS.names(),
+        "data.truncation": list(TRUNCATION_MODES),
+        "actor.mixed_precision": ["auto", "bf16", "fp32"],
+        "trainer.device": ["auto", "cpu", "cuda"],
+    }
+    for key, valid in choices.items():
+        value = OmegaConf.select(config, key)
+        if value not in valid:
+            raise ConfigError(f"{key}={value!r} is not one of {valid}")
+
+
+def check_positive(config) -> None:
+    keys = ["data.train_batch_size", "data.max_prompt_length", "data.max_response_length", "rollout.n",
+            "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "trainer.total_steps",
+            "trainer.nnodes", "trainer.n_gpus_per_node"]
+    for key in keys:
+        value = OmegaConf.select(config, key)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{key}={value!r}; it must be a positive integer")
+
+
+def model_source(path: str) -> str:
+    if path.startswith(EMBEDDED_PREFIX):
+        if path[len(EMBEDDED_PREFIX):] not in EMBEDDED_MODELS:
+            raise ConfigError(f"model.path={path!r}: unknown embedded model; choose one of "
+                              f"{[EMBEDDED_PREFIX + m for m in EMBEDDED_MODELS]}")
+        return "embedded: built and SFT-warm-started on first use, then cached"
+    try:
+        _check_exists(path)  # the real run's rule: an existing local path or an `org/name` hub id
+    except FileNotFoundError as error:
+        raise ConfigError(str(error)) from None
+    if Path(path).expanduser().exists():
+        return "local dir"
+    return "HF hub id: the real run downloads it; the dry run does not"
+
+
+def data_files_or_error(data, split: str) -> list[str]:
+    key = f"data.{split}_files"
+    try:
+        return data_files(data, split)
+    except ValueError as error:  # an unknown embedded:// dataset
+        raise ConfigError(f"{key}: {error}") from None
+
+
+def check_data_schema(files, prompt_key: str, ground_truth_key: str, *, files_key: str = "data.train_files") -> dict:
+    """Every row of every file has `data_source`, a prompt and a ground truth; returns {file: rows}.
+
+    `files_key` only names the config key in errors (`data.train_files` or `data.val_files`).
+    """
+    files = [files] if isinstance(files, (str, Path)) else list(files)
+    rows_per_file = {}
+    for path in map(str, files):
+        if not Path(path).is_file():
+            raise ConfigError(f"{files_key}: {path} does not exist (relative paths resolve from {Path.cwd()}); "
+                              f"{PREPARE_HINT} and point {files_key} at a file in DIR")
+        try:
+            rows = read_rows(path)
+        except ValueError as error:  # an unsupported suffix or a bad JSONL line
+            raise ConfigError(f"{files_key}: {error}") from None
+        if not rows:
+            raise ConfigError(f"{files_key}: {path} has no rows")
+        fields = [("data_source", "it picks the reward scorer"), (prompt_key, "data.prompt_key"),
+                  (ground_truth_key, "data.ground_truth_key")]
+        for i, row in enumerate(rows):
+            for field, why in fields:
+                value = get_field(row, field, _MISSING)
+                if value is _MISSING:
+                    raise ConfigError(f"{path} row {i} ({files_key}): no field {field!r} ({why}); "
+                                      f"the row has fields {sorted(row)}")
+            if not _is_prompt(get_field(row, prompt_key)):
+                got = repr(get_field(row, prompt_key))[:60]
+                raise ConfigError(f"{path} row {i} ({files_key}): field {prompt_key!r} (data.prompt_key) must be a "
+                                  f"string or a list of {{role, content}} messages, got {got}")
+        rows_per_file[path] = len(rows)
+    return rows_per_file
+
+
+def _is_prompt(value) -> bool:
+    if isinstance(value, str):
+        return True
+    return isinstance(value, (list, tuple)) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+
+
+def algorithm_summary(config) -> dict:
+    actor, algo = config.actor, config.algorithm
+    return {
+        "adv_estimator": algo.adv_estimator,
+        "norm_adv_by_std": algo.norm_adv_by_std_in_grpo,
+        "gamma_lam": (algo.gamma, algo.lam),
+        "policy_loss": actor.policy_loss,
+        "clip_ratio": (actor.clip_ratio_low, actor.clip_ratio_high, actor.clip_ratio_c),
+        "loss_agg_mode": actor.loss_agg_mode,
+        "entropy_coeff": actor.entropy_coeff,
+        "lr": actor.lr,
+        "kl_loss": (actor.kl_loss_type, actor.kl_loss_coef) if actor.use_kl_loss else None,
+        "kl_in_reward": (algo.kl_penalty, algo.kl_coef) if algo.use_kl_in_reward else None,
+    }
+
+
+def format_plan(plan: dict) -> str:
+    """The plan as the text `recipezoo train --dry-run` prints."""
+    res, batch, steps, algo, rollout = (plan[k] for k in ("resources", "batch", "steps", "algorithm", "rollout"))
+    unit = ("CPU process", "CPU processes") if res["device"] == "cpu" else ("GPU", "GPUs")
+
+    def devices(n: int) -> str:
+        return f"{n} {unit[n != 1]}"
+
+    world = devices(res["world_size"])
+    nodes = f"{res['nnodes']} node{'s' * (res['nnodes'] > 1)}"
+    no_gpu = " (CPU processes where there is no GPU)" if res["device"] == "auto" else ""
+    placed = "; ".join(f"{role} ({'colocated ' * ('+' in role)}on {world})" for role in res["roles"])
+    backend = "" if rollout["status"] == "available" else f"  [{rollout['status']}: see notes]"
+    if steps["epochs"] is None:
+        epochs = "fewer train prompts than one batch: see notes"
+    else:
+        epochs = f"{steps['steps_per_epoch']} steps/epoch, so {steps['epochs']:.1f} epochs"
+    every = f"every {steps['test_freq']} steps, before step 1 and after the last" if steps["test_freq"] else "off"
+    sampling = "greedy" if steps["val_temperature"] == 0 else f"temperature {steps['val_temperature']}"
+    adv = algo["adv_estimator"]
+    if adv == "grpo":
+        adv += " (group mean and std)" if algo["norm_adv_by_std"] else " (group mean only: Dr.GRPO)"
+    elif adv in ("gae", "reinforce_plus_plus"):
+        adv += f" (gamma {algo['gamma_lam'][0]}, lambda {algo['gamma_lam'][1]})"
+    low, high, dual = algo["clip_ratio"]
+    kl = []
+    if algo["kl_loss"]:
+        kl.append(f"loss term {algo['kl_loss'][0]} × {algo['kl_loss'][1]} (actor.use_kl_loss)")
+    if algo["kl_in_reward"]:
+        kl.append(f"in the reward {algo['kl_in_reward'][0]} × {algo['kl_in_reward'][1]} "
+                  "(algorithm.use_kl_in_reward)")
+    trainer, lengths = plan["trainer"], plan["lengths"]
+    lines = [
+        "recipezoo dry run: config and data checked; no model loaded, nothing trained",
+        f"trainer      {trainer['cls']}  controller={trainer['controller']}  run={trainer['run_name']}  "
+        f"out={trainer['output_dir']}",
+        f"model        {plan['model']['path']}  ({plan['model']['source']})",
+        f"rollout      {rollout['name']}: n={rollout['n']} samples/prompt, temperature {rollout['temperature']}, "
+        f"top_p {rollout['top_p']}{backend}",
+        f"resources    {nodes} × {devices(res['n_gpus_per_node'])} = {world}, one pool "
+        f"({res['pool']['name']}){no_gpu}",
+        f"roles        {placed}",
+        "batch sizes",
+        f"  prompts/step              {batch['prompts_per_step']}",
+        f"  sequences/step            {batch['sequences_per_step']}  "
+        f"({batch['prompts_per_step']} prompts × rollout.n {rollout['n']})",
+        f"  mini-batches/step         {batch['mini_batches_per_step']}  (actor.ppo_mini_batch_size "
+        f"{batch['ppo_mini_batch_size']} prompts) × ppo_epochs {batch['ppo_epochs']} = "
+        f"{batch['optimizer_steps_per_step']} optimizer steps",
+        f"  sequences/mini-batch      {batch['sequences_per_mini_batch']}  "
+        f"({batch['sequences_per_mini_batch_per_device']} per device)",
+        f"  micro-batch/device        {batch['micro_batch_size']} sequences, "
+        f"{batch['grad_accumulation_steps']} gradient-accumulation steps",
+        f"lengths      prompt ≤ {lengths['prompt']} tokens, response ≤ {lengths['response']} tokens",
+        f"steps        {steps['total_steps']} ({epochs})",
+        f"validation   {every}; {steps['val_prompts']} prompts, {sampling}, {steps['val_n']} sample(s) each",
+        f"algorithm    advantages {adv}; policy loss {algo['policy_loss']} (clip {low}/{high}, dual-clip c {dual}); "
+        f"loss agg {algo['loss_agg_mode']}; entropy coeff {algo['entropy_coeff']}; lr {algo['lr']}",
+        f"KL           {'; '.join(kl) if kl else 'off'}",
+        f"data         every row has {', '.join(plan['data']['fields'])}",
+    ]
+    for split in ("train", "val"):
+        lines += [f"  {split:5s} {path} ({rows} rows)" for path, rows in plan["data"][split].items()]
+    lines.append(f"tracking     {', '.join(trainer['tracking'])}")
+    if plan["notes"]:
+        lines += ["notes"] + [f"  - {note}" for note in plan["notes"]]
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""The dry run checks config and data and prints the plan of a run that cannot run here (8 GPUs, Qwen3-8B)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.cli import main
+from core.config import ConfigError
+from core.data.dataset import write_rows
+from core.trainer.plan import check_data_schema
+
+REPO = Path(__file__).resolve().parent.parent
+RUN_QWEN3_8B = REPO / "recipes" / "grpo" / "run_qwen3_8b.sh"
+
+
+def gsm8k_rows(n: int = 4) -> list[dict]:
+    """Rows in verl's GSM8K schema, as `recipezoo data gsm8k` will write them."""
+    return [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"Tom has {i} apples and buys 2 more. How many now? "
+                                                   "Let's think step by step and output the final answer after \"####\"."}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(i + 2)},
+            "extra_info": {"split": "train", "index": i},
+        }
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def gsm8k_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECIPEZOO_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "gsm8k"
+    write_rows(gsm8k_rows(), data / "train.parquet")
+    write_rows(gsm8k_rows(), data / "test.parquet")
+    return data
+
+
+def run_script(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, DATA=str(data_dir), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    return subprocess.run(["bash", str(RUN_QWEN3_8B), *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def dry_run(capsys, *overrides: str) -> tuple[int, str, str]:
+    code = main(["train", "--recipe", "grpo", "--dry-run", *overrides])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ---- the real 8-GPU run, checked offline -------------------------------------------------------
+def test_run_qwen3_8b_dry_run_prints_the_8_gpu_plan_offline(gsm8k_dir):
+    result = run_script(gsm8k_dir, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    plan = result.stdout
+    assert "model        Qwen/Qwen3-8B" in plan and "the dry run does not" in plan
+    assert "1 node × 8 GPUs = 8 GPUs" in plan
+    assert "actor+rollout+ref (colocated on 8 GPUs)" in plan and "critic" not in plan
+    assert "rollout      vllm: n=5" in plan and "vllm backend arrives in a later issue" in plan
+    assert "prompts/step              1024" in plan
+    assert "sequences/step            5120" in plan
+    assert "mini-batches/step         4 " in plan and "= 4 optimizer steps" in plan
+    assert "sequences/mini-batch      1280  (160 per device)" in plan
+    assert "32 sequences, 5 gradient-accumulation steps" in plan
+    assert "prompt ≤ 512 tokens, response ≤ 1024 tokens" in plan
+    assert "steps        105 " in plan and "every 5 steps" in plan
+    assert "loss term low_var_kl × 0.001" in plan
+    assert f"{gsm8k_dir / 'train.parquet'} (4 rows)" in plan
+
+
+def test_run_qwen3_8b_with_3_gpus_fails_the_batch_divisibility_check(gsm8k_dir):
+    result = run_script(gsm8k_dir, "--dry-run", "trainer.n_gpus_per_node=3")  # an override after the flag
+    assert result.returncode == 2
+    assert "data.train_batch_size=1024 must be divisible by the number of ranks (3)" in result.stderr
+    assert "trainer.n_gpus_per_node=3" in result.stderr and "Traceback" not in result.stderr
+
+
+# ---- the embedded default ----------------------------------------------------------------------
+def test_dry_run_of_the_embedded_default_loads_no_model(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("RECIPEZOO_CACHE", str(tmp_path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the dry run must not build, load or download a model")
+
+    monkeypatch.setattr("core.models.warmstart.warm_started_model_path", refuse)  # builds the embedded model
+    monkeypatch.setattr("core.trainer.base.build_components", refuse)  # tokenizer, models, rollout
+    code, out, _ = dry_run(capsys)
+    assert code == 0
+    assert "embedded://tiny-arith" in out and "rollout      hf: n=8" in out
+    assert "(3000 rows)" in out and "notes" not in out
+
+
+def test_trainer_dry_run_key_works_like_the_flag(capsys, gsm8k_dir):
+    code = main(["train", "--recipe", "grpo", "trainer.dry_run=true", f"data.train_files={gsm8k_dir}/train.parquet",
+                 f"data.val_files={gsm8k_dir}/test.parquet", "data.train_batch_size=4", "actor.ppo_mini_batch_size=2"])
+    assert code == 0
+    assert "prompts/step              4" in capsys.readouterr().out
+
+
+# ---- bad inputs fail with a message that names the key ------------------------------------------
+def test_missing_ground_truth_names_the_file_row_field_and_key(capsys, gsm8k_dir, tmp_path):
+    rows = gsm8k_rows()
+    del rows[2]["reward_model"]["ground_truth"]
+    bad = write_rows(rows, tmp_path / "bad.parquet")
+    code, _, err = dry_run(capsys, f"data.train_files={bad}", f"data.val_files={gsm8k_dir}/test.parquet")
+    assert code == 2
+    assert f"{bad} row 2 (data.train_files): no field 'reward_model.ground_truth' (data.ground_truth_key)" in err
+
+
+def test_missing_data_file_names_the_key_and_how_to_make_it(capsys, gsm8k_dir):
+    code, _, err = dry_run(capsys, f"data.train_files={gsm8k_dir}/nope.parquet")
+    assert code == 2
+    assert f"data.train_files: {gsm8k_dir}/nope.parquet does not exist" in err
+    assert "recipezoo data gsm8k --out DIR" in err
+
+
+def test_unknown_rollout_name_lists_the_backends(capsys):
+    code, _, err = dry_run(capsys, "rollout.name=tgi")
+    assert code == 2
+    assert "rollout.name='tgi' is not one of ['hf', 'vllm', 'sglang']" in err
+
+
+def test_a_prompt_that_is_not_messages_names_the_prompt_key(tmp_path):
+    rows = gsm8k_rows()
+    rows[1]["prompt"] = [{"text": "no role"}]
+    path = write_rows(rows, tmp_path / "train.jsonl")
+    with pytest.raises(ConfigError, match=r"row 1 \(data.val_files\): field 'prompt' \(data.prompt_key\) must be"):
+        check_data_schema([path], "prompt", "reward_model.ground_truth", files_key="data.val_files")
