@@ -99,3 +99,15 @@ def test_local_normaliser_would_break_invariance():
         for lm, m in zip(loss_mat.chunk(2), mask.chunk(2))
     )
     assert not torch.allclose(local, full)
+
+
+def test_local_loss_value_averages_to_the_mini_batch_loss_for_equal_micro_batches():
+    from core.algos.aggregation import local_loss_value
+
+    loss_mat = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    mask = torch.ones(4, 2)
+    for mode, expected in [("token-mean", 4.5), ("seq-mean-token-sum", 9.0)]:
+        shares = [aggregate_loss(loss_mat[i:i + 2], mask[i:i + 2], mode, num_tokens=8, num_seqs=4,
+                                 max_response_length=2) for i in (0, 2)]
+        reported = [local_loss_value(s.item(), mask[:2], mode, num_tokens=8, num_seqs=4) for s in shares]
+        assert sum(reported) / 2 == pytest.approx(expected)

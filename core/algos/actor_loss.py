@@ -7,7 +7,7 @@ ignorant of which algorithm runs.
 
 from __future__ import annotations
 
-from core.algos.aggregation import aggregate_loss
+from core.algos.aggregation import aggregate_loss, local_loss_value
 from core.algos.kl import kl_penalty
 from core.algos.policy_loss import POLICY_LOSSES
 
@@ -26,14 +26,19 @@ def make_actor_loss(actor_cfg, max_response_length: int):
         )
         entropy_loss = _aggregate(entropy, mask, normalisers)
         loss = pg_loss - actor_cfg.entropy_coeff * entropy_loss
+
+        def report(share):
+            return local_loss_value(share.item(), mask, actor_cfg.loss_agg_mode,
+                                    num_tokens=num_tokens, num_seqs=num_seqs)
+
         metrics = {f"actor/{k}": v for k, v in pg_metrics.items()}
-        metrics["actor/pg_loss"] = pg_loss.item()
-        metrics["actor/entropy"] = entropy_loss.item()
+        metrics["actor/pg_loss"] = report(pg_loss)
+        metrics["actor/entropy"] = report(entropy_loss)
         if actor_cfg.use_kl_loss:
             kl = kl_penalty(log_probs, micro["ref_log_probs"], actor_cfg.kl_loss_type)
             kl_loss = _aggregate(kl, mask, normalisers)
             loss = loss + actor_cfg.kl_loss_coef * kl_loss
-            metrics["actor/kl_loss"] = kl_loss.item()
+            metrics["actor/kl_loss"] = report(kl_loss)
         return loss, metrics
 
     return actor_loss

@@ -66,3 +66,12 @@ def _seq_mean_token_mean(loss_mat, mask, *, num_seqs, **_):
 def _seq_mean_token_sum_norm(loss_mat, mask, *, num_seqs, max_response_length, **_):
     # Σ_i (Σ_t m·ℓ) / (G · T_max): Dr.GRPO's length-unbiased constant (Liu et al. 2025).
     return (loss_mat * mask).sum() / (max(num_seqs, 1) * max_response_length)
+
+
+def local_loss_value(share: float, mask: torch.Tensor, mode: str, *, num_tokens: float, num_seqs: float) -> float:
+    """The micro-batch's own loss, for logging: its share rescaled from the global normalisers
+    to its own. Averaging these over micro-batches gives the mini-batch loss, as verl reports it;
+    averaging the raw shares would divide the loss by the number of micro-batches."""
+    if mode == "token-mean":
+        return share * num_tokens / max(float(mask.sum()), 1.0)
+    return share * num_seqs / max(mask.shape[0], 1)

@@ -1,9 +1,11 @@
-"""The FSDP2 training engine: log-probs, entropy and the policy update on a `fully_shard`ed model.
+"""The FSDP2 training engine: forward passes and updates of a `fully_shard`ed policy or value model.
 
-It knows nothing about algorithms: `update` takes a loss function that turns (log_probs,
-entropy, micro-batch, global normalisers) into this micro-batch's share of the mini-batch loss.
-Global normalisers are summed over data-parallel ranks before any backward, so the gradient
-does not depend on how the mini-batch was split across micro-batches or ranks.
+`head` picks what the model's output means: "policy" (a causal LM: response log-probs and
+entropy) or "value" (a token-classification model with one label: a value per response token,
+PPO's critic). It knows nothing about algorithms: `update` takes a loss function that turns the
+head's outputs, the micro-batch and global normalisers into this micro-batch's share of the
+mini-batch loss. Global normalisers are summed over data-parallel ranks before any backward, so
+the gradient does not depend on how the mini-batch was split across micro-batches or ranks.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ from typing import Callable
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from core.algos.entropy import entropy_from_logits, log_probs_from_logits
 from core.data.batch import Batch
 from core.engine.distributed import World, all_reduce_mean, all_reduce_sum
 
+# head="policy": loss_fn(log_probs, entropy, micro, num_tokens, num_seqs) -> (loss, metrics)
 LossFn = Callable[[torch.Tensor, torch.Tensor, Batch, float, float], tuple[torch.Tensor, dict]]
+# head="value":  loss_fn(values, micro, num_tokens, num_seqs) -> (loss, metrics)
+ValueLossFn = Callable[[torch.Tensor, Batch, float, float], tuple[torch.Tensor, dict]]
+HEADS = {"policy": "actor", "value": "critic"}  # head -> prefix of the engine's own metrics
 
 
 @dataclass(frozen=True)
@@ -35,12 +41,18 @@ class OptimConfig:
 class FSDPEngine:
     def __init__(self, model: torch.nn.Module, world: World, *, optim: OptimConfig | None = None,
                  micro_batch_size: int = 8, mixed_precision: str = "auto",
-                 gradient_checkpointing: bool = False):
-        self.world = world
+                 gradient_checkpointing: bool = False, head: str = "policy", cpu_offload: bool = False):
+        if head not in HEADS:
+            raise ValueError(f"FSDPEngine head={head!r}: expected one of {list(HEADS)}")
+        self.world, self.head, self.prefix = world, head, HEADS[head]
         self.micro_batch_size = micro_batch_size
         if gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        self.model = shard_model(model.to(world.device), _mp_policy(mixed_precision, world.device))
+        # With offload the sharded parameters, gradients and optimizer state live in host memory and
+        # FSDP2 moves each layer to the device for its forward/backward: slower, but it fits.
+        offload = CPUOffloadPolicy(pin_memory=False) if cpu_offload and world.device.type == "cuda" else None
+        self.model = shard_model(model if offload else model.to(world.device),
+                                 _mp_policy(mixed_precision, world.device), offload)
         self.optimizer, self.scheduler = None, None
         if optim is not None:
             self.optim = optim
@@ -52,19 +64,27 @@ class FSDPEngine:
             self.model.requires_grad_(False)
 
     # ---- forward ------------------------------------------------------------------------------
-    def _forward(self, micro: Batch, temperature: float, with_entropy: bool):
-        responses = micro["responses"].to(self.world.device)
+    def _response_logits(self, micro: Batch) -> torch.Tensor:
+        """(B, T_resp, V) model outputs at the positions that predict each response token."""
         logits = self.model(
             input_ids=micro["input_ids"].to(self.world.device),
             attention_mask=micro["attention_mask"].to(self.world.device),
             position_ids=micro["position_ids"].to(self.world.device),
             use_cache=False,
         ).logits
-        # The logit at position t predicts token t+1: the response's logits start one earlier.
-        logits = logits[:, -responses.shape[1] - 1 : -1] / temperature  # (B, T_resp, V)
+        # The output at position t predicts token t+1: the response's outputs start one earlier.
+        # For the value head that is V(s_t), the value of the state before token t is chosen.
+        return logits[:, -micro["responses"].shape[1] - 1 : -1]
+
+    def _forward(self, micro: Batch, temperature: float, with_entropy: bool):
+        responses = micro["responses"].to(self.world.device)
+        logits = self._response_logits(micro) / temperature  # (B, T_resp, V)
         log_probs = log_probs_from_logits(logits, responses)
         entropy = entropy_from_logits(logits) if with_entropy else None
         return log_probs, entropy
+
+    def _forward_values(self, micro: Batch) -> torch.Tensor:
+        return self._response_logits(micro)[..., 0].float()  # (B, T_resp)
 
     @torch.no_grad()
     def compute_log_probs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
@@ -79,10 +99,22 @@ class FSDPEngine:
         log_probs = torch.cat(log_probs) * mask
         return (log_probs, torch.cat(entropies) * mask) if with_entropy else log_probs
 
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """(B, T_resp) values V(s_t) of the value head, zero on masked tokens, no grad."""
+        if self.head != "value":
+            raise RuntimeError(f"compute_values needs an engine built with head='value', not {self.head!r}")
+        self.model.eval()
+        values = [self._forward_values(micro).cpu() for micro in batch.split(self.micro_batch_size)]
+        return torch.cat(values) * batch["response_mask"]
+
     # ---- update -------------------------------------------------------------------------------
-    def update(self, batch: Batch, loss_fn: LossFn, *, mini_batch_size: int, epochs: int = 1,
+    def update(self, batch: Batch, loss_fn: LossFn | ValueLossFn, *, mini_batch_size: int, epochs: int = 1,
                temperature: float = 1.0) -> dict[str, float]:
-        """`epochs` passes over mini-batches; each mini-batch is one optimizer step."""
+        """`epochs` passes over mini-batches; each mini-batch is one optimizer step.
+
+        `loss_fn` takes the head's outputs first: (log_probs, entropy, ...) or (values, ...).
+        """
         if self.optimizer is None:
             raise RuntimeError("this engine was built without an optimizer (a reference model?)")
         self.model.train()
@@ -92,16 +124,19 @@ class FSDPEngine:
                 step_metrics.append(self._optimizer_step(mini, loss_fn, temperature))
         self.scheduler.step()
         metrics = {k: sum(m[k] for m in step_metrics) / len(step_metrics) for k in step_metrics[0]}
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        metrics[f"{self.prefix}/lr"] = self.scheduler.get_last_lr()[0]
         return all_reduce_mean(metrics, self.world.device)
 
-    def _optimizer_step(self, mini: Batch, loss_fn: LossFn, temperature: float) -> dict[str, float]:
+    def _optimizer_step(self, mini: Batch, loss_fn: LossFn | ValueLossFn, temperature: float) -> dict[str, float]:
         num_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.world.device)
         num_seqs = all_reduce_sum(len(mini), self.world.device)
         micro_metrics = []
         for micro in mini.split(self.micro_batch_size):
-            log_probs, entropy = self._forward(micro, temperature, with_entropy=True)
-            loss, metrics = loss_fn(log_probs, entropy, micro.to(self.world.device), num_tokens, num_seqs)
+            if self.head == "policy":
+                outputs = self._forward(micro, temperature, with_entropy=True)  # (log_probs, entropy)
+            else:
+                outputs = (self._forward_values(micro),)
+            loss, metrics = loss_fn(*outputs, micro.to(self.world.device), num_tokens, num_seqs)
             # FSDP averages gradients over ranks while `loss` is this rank's share of the global
             # sum: scaling by the world size turns the average back into that sum.
             (loss * self.world.size).backward()
@@ -112,7 +147,7 @@ class FSDPEngine:
         self.optimizer.zero_grad(set_to_none=True)
         # Micro-batch metrics are token means of unequal parts: a plain mean is a fine summary.
         summary = {k: sum(m[k] for m in micro_metrics) / len(micro_metrics) for k in micro_metrics[0]}
-        summary["actor/grad_norm"] = grad_norm
+        summary[f"{self.prefix}/grad_norm"] = grad_norm
         return summary
 
     def _clip_grad_norm(self) -> float:
@@ -128,9 +163,12 @@ class FSDPEngine:
         return {k: v.detach().cpu() for k, v in get_model_state_dict(self.model, options=options).items()}
 
 
-def shard_model(model: torch.nn.Module, mp_policy: MixedPrecisionPolicy | None) -> torch.nn.Module:
+def shard_model(model: torch.nn.Module, mp_policy: MixedPrecisionPolicy | None,
+                offload: CPUOffloadPolicy | None = None) -> torch.nn.Module:
     """FSDP2: shard each transformer block, then the root (embeddings, norm, head)."""
     kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
+    if offload is not None:
+        kwargs["offload_policy"] = offload
     for layer in _decoder_layers(model):
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)

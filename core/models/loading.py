@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 EMBEDDED_PREFIX = "embedded://"
 EMBEDDED_MODELS = ("tiny-arith",)
@@ -53,3 +53,18 @@ def load_causal_lm(path: str, gguf_file: str | None = None, trust_remote_code: b
     _check_exists(path)
     return AutoModelForCausalLM.from_pretrained(path, gguf_file=gguf_file, dtype=dtype,
                                                 trust_remote_code=trust_remote_code)
+
+
+def load_value_model(path: str, gguf_file: str | None = None, trust_remote_code: bool = False,
+                     dtype: torch.dtype = torch.float32):
+    """A critic: the causal LM's body with a fresh scalar head (`score`, one label) per token.
+
+    Loading a causal-LM checkpoint this way keeps every transformer weight and drops `lm_head`,
+    as verl builds its critic. Dropout on the head is off: V must be deterministic, since the
+    values a rollout was scored with are the clipping anchor V_old of the value loss.
+    """
+    _check_exists(path)
+    config = AutoConfig.from_pretrained(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
+    config.num_labels, config.classifier_dropout = 1, 0.0
+    return AutoModelForTokenClassification.from_pretrained(path, config=config, gguf_file=gguf_file, dtype=dtype,
+                                                           trust_remote_code=trust_remote_code)

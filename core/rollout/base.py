@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.data.batch import Batch
+from core.data.batch import RESPONSE_ALIGNED, Batch
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,32 @@ def assemble_rollout(prompts: Batch, responses: torch.Tensor, rollout_log_probs:
     }
     out = Batch(tensors, dict(repeated.non_tensors), dict(repeated.meta))
     return out.check("rollout", expected_size=len(prompts) * n)
+
+
+def concat_rollouts(batches: list[Batch], pad_token_id: int) -> Batch:
+    """Concatenate rollout batches of different widths (e.g. several generation rounds of a step).
+
+    Each rollout is only as wide as its longest prompt and response, so before `Batch.concat` the
+    prompt side is left-padded and the response side right-padded to the widest; the responses stay
+    the last T_resp tokens of `input_ids`, and `position_ids` are recomputed from the new mask.
+    """
+    prompt_width = max(b["prompts"].shape[1] for b in batches)
+    response_width = max(b["responses"].shape[1] for b in batches)
+    padded = []
+    for batch in batches:
+        left, right = prompt_width - batch["prompts"].shape[1], response_width - batch["responses"].shape[1]
+        tensors = dict(batch.tensors)
+        for key, value in batch.tensors.items():
+            if key == "prompts":
+                sides = (left, 0)
+            elif key in ("input_ids", "attention_mask", "position_ids"):
+                sides = (left, right)
+            elif key in RESPONSE_ALIGNED:
+                sides = (0, right)
+            else:
+                continue  # not sequence-shaped
+            fill = pad_token_id if key in ("prompts", "input_ids", "responses") else 0
+            tensors[key] = torch.nn.functional.pad(value, sides, value=fill)
+        tensors["position_ids"] = (tensors["attention_mask"].cumsum(dim=1) - 1).clamp(min=0)
+        padded.append(Batch(tensors, dict(batch.non_tensors), dict(batch.meta)))
+    return Batch.concat(padded)

@@ -32,6 +32,7 @@ class BaseTrainer:
         self.tracking = parts.tracking
         self.timings: dict[str, float] = {}
         self.val_history: list[tuple[int, dict[str, float]]] = []
+        self.global_step = 0  # the step `fit` is in (1-based), for steps that depend on it
 
     @property
     def uses_reference(self) -> bool:
@@ -43,7 +44,7 @@ class BaseTrainer:
         with self.tracking:
             val_metrics = self.validate(step=0)
             for step in range(1, total + 1):
-                self.timings = {}
+                self.global_step, self.timings = step, {}
                 with timed("step", self.timings):
                     batch = next(self.train_loader)
                     batch = self.stage("gen", self.generate, batch)

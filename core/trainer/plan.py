@@ -92,6 +92,7 @@ def make_plan(config) -> dict:
                   "val_prompts": min(sum(val_rows.values()), data.val_max_samples or math.inf),
                   "val_temperature": rollout.val_temperature, "val_n": rollout.val_n},
         "algorithm": algorithm_summary(config),
+        "critic": critic_summary(config) if config.algorithm.adv_estimator == "gae" else None,
         "data": {"train": train_rows, "val": val_rows,
                  "fields": ["data_source", data.prompt_key, data.ground_truth_key]},
         "notes": notes,
@@ -106,6 +107,7 @@ def check_choices(config) -> None:
         "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
         "actor.policy_loss": POLICY_LOSSES.names(),
         "actor.loss_agg_mode": AGG_MODES.names(),
+        "critic.loss_agg_mode": AGG_MODES.names(),
         "actor.kl_loss_type": KL_ESTIMATORS.names(),
         "algorithm.kl_penalty": KL_ESTIMATORS.names(),
         "data.truncation": list(TRUNCATION_MODES),
@@ -121,7 +123,7 @@ def check_choices(config) -> None:
 def check_positive(config) -> None:
     keys = ["data.train_batch_size", "data.max_prompt_length", "data.max_response_length", "rollout.n",
             "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "trainer.total_steps",
-            "trainer.nnodes", "trainer.n_gpus_per_node"]
+            "trainer.nnodes", "trainer.n_gpus_per_node", "critic.ppo_epochs", "critic.micro_batch_size"]
     for key in keys:
         value = OmegaConf.select(config, key)
         if not isinstance(value, int) or value < 1:
@@ -207,6 +209,13 @@ def algorithm_summary(config) -> dict:
     }
 
 
+def critic_summary(config) -> dict:
+    critic = config.critic
+    return {"model_path": critic.model_path or config.model.path, "lr": critic.lr,
+            "ppo_epochs": critic.ppo_epochs, "micro_batch_size": critic.micro_batch_size,
+            "cliprange_value": critic.cliprange_value, "warmup_steps": config.trainer.critic_warmup}
+
+
 def format_plan(plan: dict) -> str:
     """The plan as the text `recipezoo train --dry-run` prints."""
     res, batch, steps, algo, rollout = (plan[k] for k in ("resources", "batch", "steps", "algorithm", "rollout"))
@@ -266,8 +275,13 @@ def format_plan(plan: dict) -> str:
         f"algorithm    advantages {adv}; policy loss {algo['policy_loss']} (clip {low}/{high}, dual-clip c {dual}); "
         f"loss agg {algo['loss_agg_mode']}; entropy coeff {algo['entropy_coeff']}; lr {algo['lr']}",
         f"KL           {'; '.join(kl) if kl else 'off'}",
-        f"data         every row has {', '.join(plan['data']['fields'])}",
     ]
+    if plan["critic"]:
+        critic = plan["critic"]
+        lines.append(f"critic       {critic['model_path']} + scalar value head; lr {critic['lr']}; ppo_epochs "
+                     f"{critic['ppo_epochs']}; micro-batch {critic['micro_batch_size']}; value clip "
+                     f"{critic['cliprange_value']}; actor waits {critic['warmup_steps']} steps (trainer.critic_warmup)")
+    lines.append(f"data         every row has {', '.join(plan['data']['fields'])}")
     for split in ("train", "val"):
         lines += [f"  {split:5s} {path} ({rows} rows)" for path, rows in plan["data"][split].items()]
     lines.append(f"tracking     {', '.join(trainer['tracking'])}")

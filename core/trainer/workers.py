@@ -1,4 +1,5 @@
-"""Roles: the actor, its rollout engine and the reference policy, colocated on one set of devices.
+"""Roles: the actor, its rollout engine and the reference policy, colocated on one set of devices;
+and PPO's critic, a value model with its own optimizer.
 
 The trainer calls these methods with a `Batch`; in local mode the worker lives in-process (one
 per rank under torchrun), in Ray mode the same class runs inside actors. Either way the trainer
@@ -10,10 +11,12 @@ from __future__ import annotations
 import torch
 
 from core.algos.actor_loss import make_actor_loss
+from core.algos.aggregation import local_loss_value
+from core.algos.value_loss import clipped_value_loss
 from core.data.batch import Batch
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine, OptimConfig
-from core.models.loading import load_causal_lm
+from core.models.loading import load_causal_lm, load_value_model, resolve_model_path
 from core.rollout.base import RolloutBackend, SamplingParams
 from core.rollout.hf import HFRollout
 
@@ -24,7 +27,7 @@ class ActorRolloutRefWorker:
         actor = config.actor
         optim = OptimConfig(lr=actor.lr, betas=tuple(actor.betas), weight_decay=actor.weight_decay,
                             warmup_steps=actor.warmup_steps, grad_clip=actor.grad_clip)
-        self.actor = FSDPEngine(self._load(model_path), world, optim=optim,
+        self.actor = FSDPEngine(self._load(model_path), world, optim=optim, cpu_offload=actor.cpu_offload,
                                 micro_batch_size=actor.micro_batch_size,
                                 mixed_precision=actor.mixed_precision,
                                 gradient_checkpointing=actor.gradient_checkpointing)
@@ -61,6 +64,47 @@ class ActorRolloutRefWorker:
 
     def sync_weights(self) -> None:
         self.rollout.load_weights(self.actor.full_state_dict())
+
+
+class CriticWorker:
+    """PPO's value model V(s_t): `critic.*` keys set its optimizer, epochs and micro-batches.
+
+    Same architecture as the actor with a scalar head, loaded from `critic.model_path` (null: the
+    actor's `model.path`). Precision and gradient checkpointing follow the actor's keys, since
+    both models share the devices.
+    """
+
+    def __init__(self, config, world: World):
+        self.config, self.world = config, world
+        critic, actor = config.critic, config.actor
+        path = resolve_model_path(critic.model_path or config.model.path)
+        optim = OptimConfig(lr=critic.lr, betas=tuple(critic.betas), weight_decay=critic.weight_decay,
+                            warmup_steps=critic.warmup_steps, grad_clip=critic.grad_clip)
+        model = load_value_model(path, config.model.gguf_file, config.model.trust_remote_code)
+        self.engine = FSDPEngine(model, world, optim=optim, micro_batch_size=critic.micro_batch_size,
+                                 mixed_precision=actor.mixed_precision,
+                                 gradient_checkpointing=actor.gradient_checkpointing, head="value")
+
+    def compute_values(self, batch: Batch) -> Batch:
+        """(B, T_resp) values of the rollout: GAE's baseline and the value loss's V_old."""
+        return Batch({"values": self.engine.compute_values(batch)})
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        critic = self.config.critic
+        agg = dict(loss_agg_mode=critic.loss_agg_mode, max_response_length=self.config.data.max_response_length)
+
+        def value_loss(values, micro, num_tokens, num_seqs):
+            loss, metrics = clipped_value_loss(values, micro["values"], micro["returns"], micro["response_mask"],
+                                               cliprange_value=critic.cliprange_value, num_tokens=num_tokens,
+                                               num_seqs=num_seqs, **agg)
+            reported = local_loss_value(loss.item(), micro["response_mask"], critic.loss_agg_mode,
+                                        num_tokens=num_tokens, num_seqs=num_seqs)
+            return loss, {"critic/vf_loss": reported, **{f"critic/{k}": v for k, v in metrics.items()}}
+
+        # Mini-batches like the actor's, so both take the same number of optimizer steps per rollout.
+        rows_per_mini = self.config.actor.ppo_mini_batch_size * self.config.rollout.n // self.world.size
+        return self.engine.update(batch, value_loss, mini_batch_size=max(1, rows_per_mini),
+                                  epochs=critic.ppo_epochs)
 
 
 def build_rollout(rollout_cfg, model: torch.nn.Module, tokenizer) -> RolloutBackend:

@@ -1,0 +1,94 @@
+"""Recorded baselines: every recipe and variant on the embedded tiny task, several seeds, one budget.
+
+Every run gets the same budget: `--steps` RL steps of 256 sampled sequences each (the tiny recipes'
+batch sizes), greedy held-out accuracy on the same 256 test problems. Runs go to one MLflow
+experiment; the leaderboard and its export are then built from it:
+
+    python bench/tiny_baselines.py --seeds 0 1 2 --steps 120 --jobs 2 --uri sqlite:///$PWD/baselines.db
+    recipezoo leaderboard --uri sqlite:///$PWD/baselines.db --experiment tiny-baselines
+
+On a machine with many cores, raise --jobs (each run uses --threads torch threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VARIANTS = {
+    "grpo": "grpo",
+    "drgrpo": "recipes/grpo/drgrpo.yaml",
+    "reinforce_pp": "recipes/grpo/reinforce_pp.yaml",
+    "rloo": "rloo",
+    "remax": "remax",
+    "dapo": "dapo",
+    "ppo": "ppo",
+}
+EXPERIMENT = "tiny-baselines"
+
+
+def run_one(variant: str, seed: int, args, log_dir: Path) -> tuple[str, int, int, float]:
+    command = [
+        sys.executable, "-m", "core.cli", "train", "--recipe", VARIANTS[variant],
+        f"trainer.seed={seed}", f"trainer.total_steps={args.steps}", f"trainer.test_freq={args.test_freq}",
+        f"trainer.num_threads={args.threads}", f"tracking.uri={args.uri}", f"tracking.experiment={EXPERIMENT}",
+        "tracking.backends=[mlflow]", f"tracking.run_name={variant}-seed{seed}",
+        f"trainer.output_dir={log_dir}/{variant}-seed{seed}",
+    ]
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": python_path}
+    start = time.time()
+    with open(log_dir / f"{variant}-seed{seed}.log", "w") as log:
+        code = subprocess.call(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return variant, seed, code, time.time() - start
+
+
+def warm_start_and_experiment(uri: str) -> None:
+    """Train the shared warm-start once and create the experiment before runs start in parallel."""
+    from core.models.warmstart import warm_started_model_path
+    import mlflow
+
+    warm_started_model_path()
+    client = mlflow.MlflowClient(uri)
+    if client.get_experiment_by_name(EXPERIMENT) is None:
+        client.create_experiment(EXPERIMENT)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--test-freq", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--uri", default=f"sqlite:///{REPO}/baselines.db")
+    parser.add_argument("--logs", default=str(REPO / "outputs" / "baselines"))
+    args = parser.parse_args()
+
+    log_dir = Path(args.logs)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    warm_start_and_experiment(args.uri)
+    jobs = [(v, s) for s in args.seeds for v in args.variants]
+    print(f"{len(jobs)} runs ({len(args.variants)} variants × {len(args.seeds)} seeds), {args.jobs} at a time", flush=True)
+    failed = 0
+    start = time.time()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run_one, v, s, args, log_dir) for v, s in jobs]
+        for done, future in enumerate(futures, 1):
+            variant, seed, code, seconds = future.result()
+            failed += code != 0
+            status = "ok" if code == 0 else f"FAILED (exit {code}, see {log_dir}/{variant}-seed{seed}.log)"
+            print(f"[{done}/{len(jobs)}] {variant} seed {seed}: {status} in {seconds:.0f}s "
+                  f"(elapsed {time.time() - start:.0f}s)", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
