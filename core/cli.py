@@ -71,7 +71,7 @@ def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
 def leaderboard(args: argparse.Namespace) -> int:
     """MLflow (or a committed export) -> results/leaderboard.{md,csv,json} and curves_*.png."""
     from core.tracking.leaderboard import write_leaderboard
-    from core.tracking.run_export import LeaderboardError, export_runs, load_export, save_export
+    from core.tracking.run_export import LeaderboardError, export_stores, load_export, save_export
 
     try:
         if args.from_export:
@@ -79,7 +79,8 @@ def leaderboard(args: argparse.Namespace) -> int:
         else:
             from core.tracking.mlflow_tracker import normalize_tracking_uri
 
-            export, export_path = export_runs(normalize_tracking_uri(args.uri), args.experiment), args.export
+            uris = [normalize_tracking_uri(uri) for uri in args.uri]
+            export, export_path = export_stores(uris, args.experiment), args.export
         written = write_leaderboard(export, args.out, export_path=export_path)  # checks before writing
     except LeaderboardError as error:
         print(f"recipezoo leaderboard: {error}", file=sys.stderr)
@@ -100,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_parser.add_argument("overrides", nargs="*", help="config overrides, e.g. actor.lr=1e-5")
     train_parser.set_defaults(handler=train)
     board = commands.add_parser("leaderboard", help="build results/leaderboard.md and plots from MLflow runs")
-    board.add_argument("--uri", default=None, help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db)")
+    board.add_argument("--uri", nargs="+", default=[None],
+                       help="MLflow tracking URI(s), merged into one table (default: sqlite:///<cwd>/mlflow.db)")
     board.add_argument("--experiment", default="recipezoo", help="MLflow experiment (tracking.experiment)")
     board.add_argument("--from-export", metavar="PATH", help="rebuild from a run export, without MLflow")
     board.add_argument("--export", metavar="PATH", default="results/runs.json",

@@ -65,8 +65,17 @@ def export_runs(tracking_uri: str, experiment: str) -> dict:
         if not page_token:
             break
     exported = [_export_run(client, run) for run in runs]
-    exported.sort(key=lambda r: (r["recipe"], r["model"] or "", _seed_order(r["seed"]), r["run_id"]))
-    return {"schema": EXPORT_SCHEMA, "experiment": experiment, "runs": exported}
+    return {"schema": EXPORT_SCHEMA, "experiment": experiment, "runs": _sorted_runs(exported)}
+
+
+def export_stores(tracking_uris: list[str], experiment: str) -> dict:
+    """One export of `experiment` over several stores (e.g. runs made on different machines)."""
+    runs = [run for uri in tracking_uris for run in export_runs(uri, experiment)["runs"]]
+    return {"schema": EXPORT_SCHEMA, "experiment": experiment, "runs": _sorted_runs(runs)}
+
+
+def _sorted_runs(runs: list[dict]) -> list[dict]:
+    return sorted(runs, key=lambda r: (r["recipe"], r["model"] or "", _seed_order(r["seed"]), r["run_id"]))
 
 
 def _export_run(client, run) -> dict:
