@@ -33,7 +33,7 @@ def recipe_config_path(recipe: str) -> Path:
 def load_config(recipe: str, overrides: list[str] = ()) -> DictConfig:
     """Compose `recipe` (which lists `base` in its defaults) with command-line overrides."""
     path = recipe_config_path(recipe)
-    search_path = f"hydra.searchpath=[file://{CONFIG_DIR}]"
+    search_path = f"hydra.searchpath=[file://{CONFIG_DIR},file://{RECIPES_DIR}]"
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base=None):
             cfg = compose(config_name=path.stem, overrides=[search_path, *overrides])
