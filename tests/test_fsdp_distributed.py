@@ -19,10 +19,11 @@ def _run(nproc: int, out: Path, mode: str) -> dict:
     if nproc == 1:
         command = [sys.executable, str(SCRIPT), str(out), mode]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                   "--master_port=0", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", str(SCRIPT), str(out), mode]
+        # --standalone: a single-node rendezvous on a free port that torchrun picks itself.
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                   str(SCRIPT), str(out), mode]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr[-3000:]}"
     return torch.load(out)
 
 
