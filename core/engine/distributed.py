@@ -54,9 +54,3 @@ def all_reduce_mean(metrics: dict[str, float], device: torch.device) -> dict[str
     tensor /= dist.get_world_size()
     return dict(zip(keys, tensor.tolist()))
 
-
-def all_reduce_max(value: float, device: torch.device) -> float:
-    tensor = torch.tensor(float(value), dtype=torch.float64, device=device)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return tensor.item()

@@ -21,6 +21,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 from core.algos.entropy import entropy_from_logits, log_probs_from_logits
 from core.data.batch import Batch
 from core.engine.distributed import World, all_reduce_mean, all_reduce_sum
+from core.tracking.metrics import reduce_metrics
 
 # head="policy": loss_fn(log_probs, entropy, micro, num_tokens, num_seqs) -> (loss, metrics)
 LossFn = Callable[[torch.Tensor, torch.Tensor, Batch, float, float], tuple[torch.Tensor, dict]]
@@ -123,7 +124,7 @@ class FSDPEngine:
             for mini in batch.split(mini_batch_size):
                 step_metrics.append(self._optimizer_step(mini, loss_fn, temperature))
         self.scheduler.step()
-        metrics = {k: sum(m[k] for m in step_metrics) / len(step_metrics) for k in step_metrics[0]}
+        metrics = reduce_metrics(step_metrics)
         metrics[f"{self.prefix}/lr"] = self.scheduler.get_last_lr()[0]
         return all_reduce_mean(metrics, self.world.device)
 
@@ -146,7 +147,7 @@ class FSDPEngine:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         # Micro-batch metrics are token means of unequal parts: a plain mean is a fine summary.
-        summary = {k: sum(m[k] for m in micro_metrics) / len(micro_metrics) for k in micro_metrics[0]}
+        summary = reduce_metrics(micro_metrics)
         summary[f"{self.prefix}/grad_norm"] = grad_norm
         return summary
 
