@@ -57,8 +57,7 @@ class ActorRolloutRefWorker:
         return Batch(tensors)
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
-        rows_per_mini = self.config.actor.ppo_mini_batch_size * self.config.rollout.n // self.world.size
-        return self.actor.update(batch, self.actor_loss, mini_batch_size=max(1, rows_per_mini),
+        return self.actor.update(batch, self.actor_loss, mini_batch_size=mini_batch_rows(self.config, self.world),
                                  epochs=self.config.actor.ppo_epochs,
                                  temperature=self.config.rollout.temperature or 1.0)
 
@@ -102,8 +101,7 @@ class CriticWorker:
             return loss, {"critic/vf_loss": reported, **{f"critic/{k}": v for k, v in metrics.items()}}
 
         # Mini-batches like the actor's, so both take the same number of optimizer steps per rollout.
-        rows_per_mini = self.config.actor.ppo_mini_batch_size * self.config.rollout.n // self.world.size
-        return self.engine.update(batch, value_loss, mini_batch_size=max(1, rows_per_mini),
+        return self.engine.update(batch, value_loss, mini_batch_size=mini_batch_rows(self.config, self.world),
                                   epochs=critic.ppo_epochs)
 
 
@@ -112,3 +110,8 @@ def build_rollout(rollout_cfg, model: torch.nn.Module, tokenizer) -> RolloutBack
         return HFRollout(model, tokenizer, micro_batch_size=rollout_cfg.micro_batch_size)
     raise ValueError(f"rollout.name={rollout_cfg.name!r}: expected one of ['hf'] "
                      "(vllm and sglang backends are not built yet)")
+
+
+def mini_batch_rows(config, world: World) -> int:
+    """Sequences per mini-batch on one rank: actor.ppo_mini_batch_size prompts × rollout.n samples."""
+    return max(1, config.actor.ppo_mini_batch_size * config.rollout.n // world.size)
