@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_state_dict)
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from core.algos.entropy import entropy_from_logits, log_probs_from_logits
@@ -162,6 +163,32 @@ class FSDPEngine:
         """Unsharded CPU weights on every rank: what a rollout backend loads after an update."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=False)
         return {k: v.detach().cpu() for k, v in get_model_state_dict(self.model, options=options).items()}
+
+    def checkpoint_state(self) -> dict:
+        """Unsharded model, optimizer and lr-schedule state on rank 0 ({} on the others).
+
+        Unsharded so a checkpoint does not depend on the world size that wrote it, and `merge`
+        needs no distributed code. Collective: every rank must call it.
+        """
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        optimizers = (self.optimizer,) if self.optimizer is not None else ()
+        model_state, optim_state = get_state_dict(self.model, optimizers, options=options)
+        if not self.world.is_main:
+            return {}
+        state = {"model": model_state}
+        if self.optimizer is not None:
+            state.update(optimizer=optim_state, scheduler=self.scheduler.state_dict())
+        return state
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        """Inverse of `checkpoint_state`: rank 0 passes the full state, others pass only
+        "scheduler" (it is tiny); rank 0 broadcasts weights and optimizer state to the shards."""
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        optimizers = (self.optimizer,) if self.optimizer is not None else ()
+        set_state_dict(self.model, optimizers, model_state_dict=state.get("model", {}),
+                       optim_state_dict=state.get("optimizer", {}), options=options)
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
 
 
 def shard_model(model: torch.nn.Module, mp_policy: MixedPrecisionPolicy | None,

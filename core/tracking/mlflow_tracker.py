@@ -200,23 +200,46 @@ class MLflowTracker:
         config: Mapping[str, Any],
         seed: int,
         tags: Mapping[str, Any] | None = None,
+        resume_run_id: str | None = None,
     ):
         self.tracking_uri = normalize_tracking_uri(tracking_uri)
         with store_init_lock(self.tracking_uri):  # MlflowClient() already opens the store
             self.client = mlflow.MlflowClient(tracking_uri=self.tracking_uri)
             self.experiment_id = self._get_or_create_experiment(experiment)
+        self._finished = False
+        self._warned_keys: set[str] = set()
+        if resume_run_id and self._reopen(resume_run_id):
+            return
         all_tags = provenance_tags(seed)
         all_tags.update({str(k): str(v) for k, v in (tags or {}).items()})
+        if resume_run_id:
+            all_tags["resumed_from_run"] = resume_run_id
         all_tags = {k: truncate(v, MAX_TAG_VALUE_LENGTH) for k, v in all_tags.items()}
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self._run_id = run.info.run_id
-        self._finished = False
-        self._warned_keys: set[str] = set()
         try:
             self._log_config(config)
         except BaseException:
             self.finish("FAILED")  # a run that failed to start must not stay RUNNING
             raise
+
+    def _reopen(self, run_id: str) -> bool:
+        """Continue a checkpointed run in place, so its curves stay one run; False when this store
+        does not have it (a resume against another tracking URI starts a new, tagged run).
+
+        Params are not logged again: MLflow refuses to change one, and `trainer.resume` itself differs.
+        """
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            return False
+        if run.info.experiment_id != self.experiment_id:
+            return False
+        self._run_id = run_id
+        self.client.update_run(run_id, status="RUNNING")
+        resumes = int(run.data.tags.get("resume_count", "0")) + 1
+        self.client.set_tag(run_id, "resume_count", str(resumes))
+        return True
 
     @property
     def run_id(self) -> str:

@@ -31,6 +31,11 @@ class Tracking:
     def __init__(self, backends: list):
         self.backends = list(backends)
 
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run's id (a checkpoint stores it so a resume continues the same run)."""
+        return next((b.run_id for b in self.backends if hasattr(b, "run_id")), None)
+
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         for backend in self.backends:
             backend.log_metrics(metrics, step)
@@ -86,6 +91,7 @@ def build_tracking(
     seed: int,
     total_steps: int,
     rank: int = 0,
+    resume_run_id: str | None = None,
 ) -> Tracking:
     """The `Tracking` for this process: the configured backends on rank 0, none elsewhere.
 
@@ -102,11 +108,12 @@ def build_tracking(
             acc_key = cfg_tracking.get("acc_key") or DEFAULT_ACC_KEY
             backends.append(ConsoleLogger(total_steps, acc_key=acc_key, rank=rank))
         elif name == "mlflow":
-            backends.append(_build_mlflow(cfg_tracking, config, seed))
+            backends.append(_build_mlflow(cfg_tracking, config, seed, resume_run_id))
     return Tracking(backends)
 
 
-def _build_mlflow(cfg_tracking: Mapping[str, Any], config: Mapping[str, Any], seed: int):
+def _build_mlflow(cfg_tracking: Mapping[str, Any], config: Mapping[str, Any], seed: int,
+                  resume_run_id: str | None = None):
     # Imported here: `import mlflow` takes ~2 s, which console-only runs and tests need not pay.
     from core.tracking.mlflow_tracker import MLflowTracker
 
@@ -117,6 +124,7 @@ def _build_mlflow(cfg_tracking: Mapping[str, Any], config: Mapping[str, Any], se
         config=_plain(config),
         seed=seed,
         tags=_plain(cfg_tracking.get("tags") or {}),
+        resume_run_id=resume_run_id,
     )
     print(f"mlflow run {tracker.run_id}; view with: {tracker.ui_hint()}", flush=True)
     return tracker

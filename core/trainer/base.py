@@ -13,9 +13,11 @@ from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
 from core.data.batch import Batch
 from core.engine.distributed import all_reduce_mean
+from core.models.export import write_hf_files
 from core.reward.manager import RewardManager
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
+from core.trainer.checkpoint import CheckpointManager
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, throughput_metrics
 from core.trainer.setup import build_components
 from core.trainer.validation import validate
@@ -30,6 +32,9 @@ class BaseTrainer:
         self.actor_rollout = parts.actor_rollout
         self.reward_manager = RewardManager(self.tokenizer)
         self.tracking = parts.tracking
+        self.resume_from = parts.resume_from
+        self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
+                                             keep_last=config.trainer.max_ckpt_to_keep)
         self.timings: dict[str, float] = {}
         self.val_history: list[tuple[int, dict[str, float]]] = []
         self.global_step = 0  # the step `fit` is in (1-based), for steps that depend on it
@@ -40,10 +45,11 @@ class BaseTrainer:
 
     # ---- the loop -----------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
-        total = self.config.trainer.total_steps
+        total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
         with self.tracking:
-            val_metrics = self.validate(step=0)
-            for step in range(1, total + 1):
+            first_step = self.resume() + 1
+            val_metrics = self.validate(step=0) if first_step == 1 else {}
+            for step in range(first_step, total + 1):
                 self.global_step, self.timings = step, {}
                 with timed("step", self.timings):
                     batch = next(self.train_loader)
@@ -58,6 +64,8 @@ class BaseTrainer:
                 self.log_step(step, batch, metrics)
                 if self._due(step, self.config.trainer.test_freq, total):
                     val_metrics = self.validate(step)
+                if self._due(step, save_freq, total):
+                    self.save_checkpoint(step)
         return val_metrics
 
     def stage(self, name: str, method, *args):
@@ -111,6 +119,35 @@ class BaseTrainer:
 
     def sync_weights(self) -> None:
         self.actor_rollout.sync_weights()
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    def checkpoint_engines(self) -> dict:
+        """role -> engine whose weights, optimizer and schedule a checkpoint holds (PPO adds its critic)."""
+        return {"actor": self.actor_rollout.actor}
+
+    def save_checkpoint(self, step: int) -> None:
+        engines = self.checkpoint_engines()
+        state = {"loader": self.train_loader.state_dict(), "val_history": self.val_history,
+                 "mlflow_run_id": self.tracking.run_id}
+        hf_files = {role: (lambda out, e=engine: write_hf_files(e.model, self.tokenizer, out))
+                    for role, engine in engines.items()}
+        with timed("save_checkpoint", self.timings):
+            path = self.checkpoints.save(step, engines, state, hf_files)
+        if self.world.is_main:
+            print(f"saved checkpoint {path} in {self.timings['timing_s/save_checkpoint']:.1f} s", flush=True)
+
+    def resume(self) -> int:
+        """Load `trainer.resume`'s checkpoint (weights, optimizer, schedule, RNG, data position);
+        returns its step, 0 for a fresh run."""
+        if self.resume_from is None:
+            return 0
+        state = self.checkpoints.load(self.resume_from, self.checkpoint_engines())
+        self.train_loader.load_state_dict(state["loader"])
+        self.val_history = [tuple(entry) for entry in state["val_history"]]
+        self.sync_weights()  # the rollout engine still holds the initial weights
+        if self.world.is_main:
+            print(f"resumed from {self.resume_from} at step {state['step']}", flush=True)
+        return state["step"]
 
     # ---- around the loop ----------------------------------------------------------------------
     def sampling_params(self, validation: bool = False) -> SamplingParams:

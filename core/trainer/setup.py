@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from core.engine.distributed import World, init_distributed
 from core.models.loading import load_tokenizer, resolve_model_path
 from core.models.warmstart import default_cache_dir
 from core.tracking.tracker import Tracking, build_tracking
+from core.trainer.checkpoint import read_trainer_state, resolve_resume
 from core.trainer.workers import ActorRolloutRefWorker
 
 
@@ -30,6 +32,7 @@ class Components:
     val_dataset: PromptDataset
     actor_rollout: ActorRolloutRefWorker
     tracking: Tracking
+    resume_from: Path | None  # the checkpoint `trainer.resume` points at, None: a fresh run
 
 
 def seed_everything(seed: int) -> None:
@@ -44,6 +47,7 @@ def build_components(config, with_reference: bool) -> Components:
         torch.set_num_threads(trainer.num_threads)
     world = init_distributed(trainer.device)
     check_batch_sizes(config, world.size)
+    resume_from = resolve_resume(trainer.resume, Path(trainer.checkpoint_dir))  # a bad path fails before loading
     seed_everything(trainer.seed)  # same on every rank: every rank must build identical weights
     model_path = resolve_model_path(config.model.path)
     tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
@@ -53,8 +57,11 @@ def build_components(config, with_reference: bool) -> Components:
     actor_rollout = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
     resolved = OmegaConf.to_container(config, resolve=True)
     resolved["model"]["resolved_path"] = model_path
-    tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank)
-    return Components(world, tokenizer, loader, val_set, actor_rollout, tracking)
+    # A resumed run continues its MLflow run, so the curves before and after the crash are one run.
+    run_id = read_trainer_state(resume_from).get("mlflow_run_id") if resume_from and world.is_main else None
+    tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank,
+                              resume_run_id=run_id)
+    return Components(world, tokenizer, loader, val_set, actor_rollout, tracking, resume_from)
 
 
 def build_datasets(data, tokenizer) -> tuple[PromptDataset, PromptDataset]:

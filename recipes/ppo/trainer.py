@@ -25,6 +25,9 @@ class PPOTrainer(BaseTrainer):
         torch.manual_seed(config.trainer.seed)
         self.critic = CriticWorker(config, self.world)
 
+    def checkpoint_engines(self) -> dict:
+        return {**super().checkpoint_engines(), "critic": self.critic.engine}
+
     def compute_values(self, batch: Batch) -> Batch:
         # V(s_t) under the critic that scored this rollout: GAE's baseline, then the loss's V_old.
         return batch.union(self.critic.compute_values(batch), stage="values")
