@@ -1,4 +1,4 @@
-"""`recipezoo` command line: train, leaderboard (more subcommands arrive with their issues)."""
+"""`recipezoo` command line: train, data, generate, eval, merge, leaderboard, doctor, fetch-model."""
 
 from __future__ import annotations
 
@@ -109,7 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where to write the run export when reading MLflow")
     board.add_argument("--out", metavar="DIR", default="results", help="output directory")
     board.set_defaults(handler=leaderboard)
+    for add_parser in _subcommand_parsers():
+        add_parser(commands)
     return parser
+
+
+def _subcommand_parsers():
+    """Commands that live next to what they drive; imported lazily inside their handlers."""
+    from core.data.preprocess import add_parser as data
+    from core.models.export import add_parser as merge
+
+    return [data, merge]
 
 
 def main(argv: list[str] | None = None) -> int:

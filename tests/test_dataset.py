@@ -55,7 +55,10 @@ def test_jsonl_and_parquet_give_identical_items(tmp_path):
 def test_missing_prompt_field_names_file_config_key_and_found_fields(tmp_path):
     path = dataset_file(tmp_path, [{"data_source": "gsm8k", "question": "1+1?", "answer": "2"}])
     found = "['answer', 'data_source', 'question']"
-    expected = f"{path}: rows have no field 'prompt' (data.prompt_key); found fields {found}"
+    expected = (
+        f"{path}: rows have no field 'prompt' (data.prompt_key); found fields {found}; set "
+        "data.prompt_key=<dotted.path> to the field that holds it, or convert the file with `recipezoo data <benchmark>`"
+    )
     with pytest.raises(ValueError) as error:
         load(path)
     assert str(error.value) == expected
@@ -66,6 +69,18 @@ def test_missing_nested_ground_truth_names_the_dotted_key(tmp_path):
     del row["reward_model"]["ground_truth"]
     with pytest.raises(ValueError, match=r"no field 'reward_model.ground_truth' \(data.ground_truth_key\)"):
         load(dataset_file(tmp_path, [row]))
+
+
+def test_missing_ground_truth_error_names_file_nested_fields_and_the_fix(tmp_path):
+    row = gsm8k_row(1)
+    del row["reward_model"]["ground_truth"]
+    path = dataset_file(tmp_path, [row, row])
+    with pytest.raises(ValueError) as error:
+        load(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: rows have no field 'reward_model.ground_truth' (data.ground_truth_key)")
+    assert "'reward_model' has ['style']" in message  # shows what the nested struct does hold
+    assert "set data.ground_truth_key=<dotted.path>" in message and "recipezoo data" in message
 
 
 def test_some_rows_missing_a_field_names_the_first_one(tmp_path):

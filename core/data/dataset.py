@@ -180,12 +180,19 @@ class PromptDataset:
         if not missing:
             return values
         # data_source has no remapping key: it must be in the row, since it picks the scorer.
-        where = f" ({self.config_prefix}.{config_field})" if config_field else " (it names the reward scorer)"
+        if config_field:
+            setting = f"{self.config_prefix}.{config_field}"
+            where = f" ({setting})"
+            fix = (f"; set {setting}=<dotted.path> to the field that holds it, "
+                   f"or convert the file with `recipezoo data <benchmark>`")
+        else:
+            where, fix = " (it names the reward scorer)", "; add it to every row"
         if len(missing) == len(rows):
-            raise ValueError(f"{path}: rows have no field {key!r}{where}; found fields {sorted(rows[0])}")
+            found = _found_fields(rows[0], key)
+            raise ValueError(f"{path}: rows have no field {key!r}{where}; found fields {found}{fix}")
         raise ValueError(
             f"{path}: {len(missing)} of {len(rows)} rows have no field {key!r}{where} "
-            f"(first: row {missing[0]}, which has fields {sorted(rows[missing[0]])})"
+            f"(first: row {missing[0]}, which has fields {_found_fields(rows[missing[0]], key)}){fix}"
         )
 
     def _tokenize(self, messages: list[list[dict]]) -> list[list[int]]:
@@ -218,6 +225,18 @@ class PromptDataset:
         for i in long_rows:
             prompt_ids[i] = prompt_ids[i][-limit:] if self.truncation == "left" else prompt_ids[i][:limit]
         return list(range(len(prompt_ids)))
+
+
+def _found_fields(row: dict, dotted_key: str) -> str:
+    """The row's fields, plus those of the deepest dict on the key's path: a nested key missing
+    from `reward_model` shows what `reward_model` does hold."""
+    parts = dotted_key.split(".")
+    value, depth = row, 0
+    while depth < len(parts) - 1 and isinstance(value.get(parts[depth]), dict):
+        value, depth = value[parts[depth]], depth + 1
+    if depth == 0:
+        return str(sorted(row))
+    return f"{sorted(row)}, and {'.'.join(parts[:depth])!r} has {sorted(value)}"
 
 
 def _as_messages(prompt, path: Path, row: int, key: str) -> list[dict]:
