@@ -1,12 +1,17 @@
 """RewardManager: decode the valid response, score by data source, put the score on the last valid token."""
 
+import logging
+
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+from core.config import CONFIG_DIR
 from core.data.batch import Batch
 from core.data.dataset import PromptItem, collate_prompts
-from core.reward.manager import RewardManager, place_on_last_token
+from core.reward.build import build_reward_manager
+from core.reward.manager import RewardManager, place_on_last_token, reward_metrics
 from tests.helpers_tokenizer import build_char_tokenizer
 
 TOKENIZER = build_char_tokenizer()
@@ -50,7 +55,7 @@ def test_wrong_answer_scores_zero_and_acc_zero():
 def test_masked_out_tokens_are_not_decoded():
     batch = rollout_batch(["#### 72"], ["gsm8k"], ["72"])
     batch.tensors["response_mask"][0, -1] = 0  # the model "said" only "#### 7"
-    scores, info = RewardManager(TOKENIZER)(batch)
+    _, info = RewardManager(TOKENIZER)(batch)
     assert info["score"] == [0.0]
 
 
@@ -82,7 +87,8 @@ def test_gsm8k_aliases_and_arithmetic_use_the_gsm8k_scorer():
 
 def test_unknown_data_source_names_it_and_the_known_ones():
     batch = rollout_batch(["#### 1"], ["aime"], ["1"])
-    with pytest.raises(ValueError, match=r"'aime'.*\['arithmetic', 'gsm8k', 'openai/gsm8k'\]"):
+    with pytest.raises(ValueError, match=r"'aime'.*\['DigitalLearningGmbH/MATH-lighteval', .*'aime24', 'aime25', "
+                                         r"'amc23', 'arithmetic', 'gsm8k', .*'openai/gsm8k'\]"):
         RewardManager(TOKENIZER)(batch)
 
 
@@ -117,3 +123,55 @@ def test_ground_truth_flows_from_collated_prompts_through_repeat():
     rollout = rollout_batch(answers, list(prompts["data_source"]), list(prompts["ground_truth"]))
     _, info = RewardManager(TOKENIZER)(prompts.union(rollout, stage="rollout"))
     assert info["score"] == [1.0, 0.0, 1.0, 1.0]
+
+
+def boom(text, truth):
+    raise RuntimeError(f"cannot score {text!r}")
+
+
+def test_a_raising_scorer_scores_zero_and_is_counted_while_other_rows_score(caplog):
+    batch = rollout_batch(["#### 1", "bad", "#### 2"], ["gsm8k", "broken", "gsm8k"], ["1", "x", "2"])
+    with caplog.at_level(logging.WARNING, logger="core.reward.manager"):
+        _, info = RewardManager(TOKENIZER, scorers={"broken": boom})(batch)
+    assert info["score"] == [1.0, 0.0, 1.0] and info["acc"] == [1.0, 0.0, 1.0]
+    assert info["error"] == [None, "RuntimeError: cannot score 'bad'", None]
+    assert reward_metrics(info) == {"reward/error_count": 1.0, "reward/timeout_count": 0.0}
+    assert "'broken'" in caplog.text and "cannot score 'bad'" in caplog.text
+
+
+def test_failure_warnings_stop_after_a_few(caplog):
+    manager = RewardManager(TOKENIZER, scorers={"broken": boom})
+    with caplog.at_level(logging.WARNING, logger="core.reward.manager"):
+        for _ in range(4):
+            _, info = manager(rollout_batch(["a", "b"], ["broken", "broken"], ["x", "x"]))
+    assert reward_metrics(info)["reward/error_count"] == 2.0  # still counted ...
+    assert len(caplog.records) == 5  # ... but logged only MAX_FAILURE_WARNINGS times
+
+
+def test_a_dict_without_score_is_a_counted_error_that_says_what_to_return():
+    batch = rollout_batch(["a"], ["mine"], ["a"])
+    _, info = RewardManager(TOKENIZER, scorers={"mine": lambda text, truth: {"acc": 1.0}})(batch)
+    assert info["score"] == [0.0] and "return a float or" in info["error"][0]
+
+
+def reward_cfg(*overrides):
+    cfg = OmegaConf.load(CONFIG_DIR / "base.yaml").reward
+    for override in overrides:
+        key, value = override.split("=")
+        OmegaConf.update(cfg, key, value)
+    return cfg
+
+
+def test_gsm8k_method_and_format_score_come_from_the_config():
+    batch = rollout_batch(["the answer is 72", "#### 71"], ["openai/gsm8k", "openai/gsm8k"], ["72", "72"])
+    _, strict = build_reward_manager(reward_cfg(), TOKENIZER)(batch)
+    _, flexible = build_reward_manager(reward_cfg("gsm8k_method=flexible", "format_score=0.1"), TOKENIZER)(batch)
+    assert strict["score"] == [0.0, 0.0]
+    assert flexible["score"] == [1.0, 0.1]
+
+
+@pytest.mark.parametrize("override, message", [("manager=threads", r"reward\.manager='threads'.*'naive', 'pool'"),
+                                                ("gsm8k_method=loose", r"reward\.gsm8k_method='loose'")])
+def test_bad_reward_config_values_name_the_key_and_the_choices(override, message):
+    with pytest.raises(ValueError, match=message):
+        build_reward_manager(reward_cfg(override), TOKENIZER)

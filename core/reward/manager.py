@@ -4,54 +4,73 @@ Outcome rewards live on the LAST valid response token of a (B, T_resp) `token_le
 tensor (verl's convention), so token-level code (KL in reward, GAE, returns) and sequence-level
 code (`token_level_scores.sum(-1)` in GRPO/RLOO) both see it.
 
-The three steps are separate methods so a later manager can swap `score_texts` for a process pool
-with per-sample timeouts without touching decoding or placement.
+The three steps are separate methods so `PoolRewardManager` (core/reward/pool.py) swaps
+`score_texts` for a process pool with per-sample timeouts without touching decoding or placement.
+A scorer that raises scores 0 and is reported in `info["error"]`: one bad sample must not end a run.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import logging
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from core.data.batch import Batch, BatchContractError
-from core.reward import gsm8k
+from core.reward import gsm8k, mathverify
+from core.reward.custom import CustomFunction
+
+logger = logging.getLogger(__name__)
 
 # A scorer maps (response_text, ground_truth) to a float, or to a dict with "score" and optionally
 # "acc". By convention a float of 1.0 is the full score; scorers on another scale return "acc".
+# A `CustomFunction` is called with verl's signature instead (data_source and extra_info too).
 Scorer = Callable[[str, Any], "float | dict"]
 
-# data_source -> scorer. "arithmetic" is the embedded synthetic task: its answers use `#### N`.
+# "arithmetic" is the embedded synthetic task: its answers use `#### N`.
+GSM8K_SOURCES = ("gsm8k", "openai/gsm8k", "arithmetic")
+MATH_SOURCES = ("HuggingFaceH4/MATH-500", "math500", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
+                "aime24", "aime25", "amc23")
+# data_source -> scorer.
 DEFAULT_SCORERS: dict[str, Scorer] = {
-    "gsm8k": gsm8k.compute_score,
-    "openai/gsm8k": gsm8k.compute_score,
-    "arithmetic": gsm8k.compute_score,
+    **{source: gsm8k.compute_score for source in GSM8K_SOURCES},
+    **{source: mathverify.compute_score for source in MATH_SOURCES},
 }
 FULL_SCORE = 1.0
+TIMEOUT_ERROR = "timeout:"  # info["error"] entries of timed-out rows start with this
+MAX_FAILURE_WARNINGS = 5  # per manager; after that only reward/error_count shows failures
 
 
 class RewardManager:
-    """Turn a rollout batch into `token_level_scores` (B, T_resp) and per-row score/acc info.
+    """Turn a rollout batch into `token_level_scores` (B, T_resp) and per-row score/acc/error info.
 
     `scorers` extends (or overrides) `DEFAULT_SCORERS`. `default_scorer`, when given, scores data
     sources missing from the table; when None an unknown data source is an error, because silently
     scoring it with the wrong rule would corrupt a run without any visible failure.
+    `custom_scorer`, when given, scores every data source (verl's custom_reward_function).
     """
 
-    def __init__(self, tokenizer, scorers: dict[str, Scorer] | None = None, default_scorer: Scorer | None = None):
+    def __init__(self, tokenizer, scorers: dict[str, Scorer] | None = None, default_scorer: Scorer | None = None,
+                 custom_scorer: CustomFunction | None = None):
         self.tokenizer = tokenizer
         self.scorers = {**DEFAULT_SCORERS, **(scorers or {})}
         self.default_scorer = default_scorer
+        self.custom_scorer = custom_scorer
+        self._warnings_left = MAX_FAILURE_WARNINGS
 
     def __call__(self, batch: Batch) -> tuple[torch.Tensor, dict]:
         responses, response_mask = self._response_tensors(batch)
         texts = self.decode_responses(responses, response_mask)
-        data_sources = _non_tensor(batch, "data_source")
-        ground_truths = _non_tensor(batch, "ground_truth")
-        results = self.score_texts(texts, list(data_sources), list(ground_truths))
+        data_sources = list(_non_tensor(batch, "data_source"))
+        ground_truths = list(_non_tensor(batch, "ground_truth"))
+        extra_infos = batch.non_tensors.get("extra_info")  # optional: only custom functions read it
+        extra_infos = list(extra_infos) if extra_infos is not None else None
+        results = self.score_texts(texts, data_sources, ground_truths, extra_infos)
         scores = [r["score"] for r in results]
         token_level_scores = place_on_last_token(torch.tensor(scores, dtype=torch.float32), response_mask)
-        info = {"score": scores, "acc": [r["acc"] for r in results]}
+        info = {"score": scores, "acc": [r["acc"] for r in results], "error": [r["error"] for r in results]}
+        self._warn_failures(data_sources, info["error"])
         return token_level_scores, info
 
     # ---- steps --------------------------------------------------------------------------------
@@ -61,14 +80,19 @@ class RewardManager:
         ids = [row[mask.bool()].tolist() for row, mask in zip(responses, response_mask)]
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
-    def score_texts(self, texts: list[str], data_sources: list[str], ground_truths: list) -> list[dict]:
-        """One {"score": float, "acc": float} per row, in order."""
+    def score_texts(self, texts: list[str], data_sources: list[str], ground_truths: list,
+                    extra_infos: list | None = None) -> list[dict]:
+        """One {"score": float, "acc": float, "error": str | None} per row, in order."""
+        extra_infos = extra_infos if extra_infos is not None else [None] * len(texts)
+        scorers = [self.scorer_for(source) for source in data_sources]  # unknown source: fail before scoring
         return [
-            _normalize(self.scorer_for(source)(text, truth))
-            for text, source, truth in zip(texts, data_sources, ground_truths)
+            score_row(scorer, text, truth, source, extra)
+            for scorer, text, truth, source, extra in zip(scorers, texts, ground_truths, data_sources, extra_infos)
         ]
 
     def scorer_for(self, data_source: str) -> Scorer:
+        if self.custom_scorer is not None:
+            return self.custom_scorer
         scorer = self.scorers.get(data_source, self.default_scorer)
         if scorer is None:
             raise ValueError(
@@ -77,6 +101,23 @@ class RewardManager:
                 f"or set reward.custom_function.path/name."
             )
         return scorer
+
+    def close(self) -> None:
+        """Release scoring resources (the pool manager's processes); nothing to do in-process."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _warn_failures(self, data_sources: list[str], errors: list[str | None]) -> None:
+        for source, error in zip(data_sources, errors):
+            if error is None or self._warnings_left <= 0:
+                continue
+            self._warnings_left -= 1
+            tail = "" if self._warnings_left else " (last warning; reward/error_count keeps counting)"
+            logger.warning("reward scorer failed on data_source %r, scored 0: %s%s", source, error, tail)
 
     @staticmethod
     def _response_tensors(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,10 +147,38 @@ def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> to
     return token_level_scores
 
 
+def score_row(scorer: Scorer, text: str, ground_truth, data_source: str, extra_info=None) -> dict:
+    """{"score", "acc", "error"} for one response; a raising scorer gives 0 and its error, not an exception."""
+    try:
+        if isinstance(scorer, CustomFunction):
+            result = scorer(data_source, text, ground_truth, extra_info=extra_info)
+        else:
+            result = scorer(text, ground_truth)
+        return {**_normalize(result), "error": None}
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # noqa: BLE001 (math_verify's TimeoutException is not an Exception)
+        return failed_row(f"{type(error).__name__}: {error}")
+
+
+def failed_row(error: str) -> dict:
+    return {"score": 0.0, "acc": 0.0, "error": error[:300]}
+
+
+def reward_metrics(info: dict) -> dict[str, float]:
+    """Counts for the trainer to log: rows whose scorer failed (timeouts included), and timeouts."""
+    errors = [e for e in info.get("error", []) if e is not None]
+    return {
+        "reward/error_count": float(len(errors)),
+        "reward/timeout_count": float(sum(e.startswith(TIMEOUT_ERROR) for e in errors)),
+    }
+
+
 def _normalize(result) -> dict:
     if isinstance(result, dict):
         if "score" not in result:
-            raise ValueError(f"RewardManager: a scorer returned a dict without 'score': {sorted(result)}")
+            raise ValueError(f"the scorer returned a dict without 'score' (keys {sorted(result)}); return "
+                             f"a float or {{'score': float, 'acc': float}}")
         score = float(result["score"])
         return {"score": score, "acc": float(result.get("acc", score == FULL_SCORE))}
     score = float(result)
