@@ -117,9 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _subcommand_parsers():
     """Commands that live next to what they drive; imported lazily inside their handlers."""
     from core.data.preprocess import add_parser as data
+    from core.eval.commands import add_parser as generate_and_eval
     from core.models.export import add_parser as merge
 
-    return [data, merge]
+    return [data, generate_and_eval, merge]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,7 +89,7 @@ def test_nan_is_logged_and_non_numbers_are_skipped_with_a_warning(store_uri):
     client = mlflow.MlflowClient(store_uri)
     assert math.isnan(client.get_metric_history(tracker.run_id, "actor/pg_loss")[0].value)
     metrics = client.get_run(tracker.run_id).data.metrics
-    assert set(metrics) == {"actor/pg_loss", "val-core/gsm8k/acc/mean_4"}
+    assert set(metrics) == {"actor/pg_loss", "val-core/gsm8k/acc/mean_at_4"}
 
 
 def test_ui_hint_and_default_store(store_uri, tmp_path):

@@ -54,3 +54,12 @@ def all_reduce_mean(metrics: dict[str, float], device: torch.device) -> dict[str
     tensor /= dist.get_world_size()
     return dict(zip(keys, tensor.tolist()))
 
+
+
+def all_gather_object(obj) -> list:
+    """[rank 0's obj, rank 1's obj, …] on every rank (picklable objects; for small results)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [obj]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered

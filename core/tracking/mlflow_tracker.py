@@ -96,8 +96,9 @@ def store_init_lock(uri: str) -> Iterator[None]:
 
 
 def safe_key(key: Any) -> str:
-    """A param/metric key MLflow accepts: invalid characters become `_`, at most 250 chars."""
-    return _INVALID_KEY_CHARS.sub("_", str(key))[:MAX_KEY_LENGTH]
+    """A param/metric key MLflow accepts: `pass@4` becomes `pass_at_4` (MLflow refuses "@"), other
+    invalid characters become `_`, at most 250 chars."""
+    return _INVALID_KEY_CHARS.sub("_", str(key).replace("@", "_at_"))[:MAX_KEY_LENGTH]
 
 
 def truncate(value: str, limit: int) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from core.engine.distributed import World
+from core.engine.distributed import World, all_gather_object
 
 STEP_DIR = re.compile(r"global_step_(\d+)")
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -102,7 +102,7 @@ class CheckpointManager:
     def save(self, step: int, engines: dict, trainer_state: dict, hf_files: dict) -> Path:
         """`engines`: role -> FSDPEngine; `hf_files`: role -> callable(dir) writing config + tokenizer."""
         engine_states = {role: engine.checkpoint_state() for role, engine in engines.items()}
-        rng_states = _gather(capture_rng_state(), self.world)
+        rng_states = all_gather_object(capture_rng_state())
         final = self.root / step_dir_name(step)
         if self.world.is_main:
             tmp = self.root / f".tmp-{final.name}"
@@ -165,14 +165,6 @@ def restore_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
-
-
-def _gather(obj, world: World) -> list:
-    if world.size == 1:
-        return [obj]
-    gathered = [None] * world.size
-    dist.all_gather_object(gathered, obj)
-    return gathered
 
 
 def _barrier(world: World) -> None:

@@ -1,41 +1,49 @@
 """Validation: generate on held-out prompts, score them, report accuracy per data source.
 
-Each rank takes every world_size-th prompt; correct counts are summed over ranks, so the
-figure is over the whole validation set whatever the number of ranks.
+Each rank takes every world_size-th prompt; the scored prompts of all ranks are gathered and
+summarised by `core.eval.summary.summarize`, the same code `recipezoo eval` reports with, so a
+validation figure and an eval figure of the same model and protocol are the same number.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from core.data.dataset import collate_prompts
-from core.engine.distributed import World, all_reduce_sum
+from core.engine.distributed import World, all_gather_object
+from core.eval.summary import PromptResult, summarize
 from core.rollout.base import SamplingParams
 
 
 def validate(generate, reward_manager, dataset, params: SamplingParams, world: World,
              batch_size: int = 128) -> dict[str, float]:
-    """`generate(prompts, params) -> Batch`; returns val/<data_source>/acc, /score and val/acc."""
+    """`generate(prompts, params) -> Batch`; returns val/<data_source>/acc, /score (and pass@k for
+    n > 1) and val/acc over all prompts."""
     mine = [dataset[i] for i in range(world.rank, len(dataset), world.size)]
-    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])  # acc, score, count
+    results: list[PromptResult] = []
     for start in range(0, len(mine), batch_size):
         prompts = collate_prompts(mine[start:start + batch_size], dataset.pad_token_id)
         rollout = generate(prompts, params)
         _, info = reward_manager(rollout)
-        for source, acc, score in zip(rollout["data_source"], info["acc"], info["score"]):
-            sums[source][0] += acc
-            sums[source][1] += score
-            sums[source][2] += 1
-    metrics, total_acc, total_count = {}, 0.0, 0.0
-    # Sorted so every rank joins the same all-reduces in the same order.
-    for source in sorted(set(dataset_sources(dataset))):
-        acc, score, count = (all_reduce_sum(v, world.device) for v in sums[source])
-        metrics[f"val/{source}/acc"] = acc / max(count, 1)
-        metrics[f"val/{source}/score"] = score / max(count, 1)
-        total_acc, total_count = total_acc + acc, total_count + count
-    metrics["val/acc"] = total_acc / max(total_count, 1)
+        results += group_by_prompt(list(rollout["data_source"]), info["acc"], info["score"], params.n)
+    gathered = [result for rank_results in all_gather_object(results) for result in rank_results]
+    return validation_metrics(summarize(gathered))
+
+
+def group_by_prompt(data_sources: list[str], accs: list[float], scores: list[float], n: int) -> list[PromptResult]:
+    """Rollout rows come n per prompt, adjacent (`Batch.repeat(n, interleave=True)`)."""
+    return [PromptResult(data_sources[i], list(accs[i:i + n]), list(scores[i:i + n]))
+            for i in range(0, len(data_sources), n)]
+
+
+def validation_metrics(summary: dict[str, dict[str, float]]) -> dict[str, float]:
+    metrics = {}
+    for source, figures in summary.items():
+        if source == "all":
+            continue
+        n = int(figures["num_samples"] // figures["num_prompts"])
+        metrics[f"val/{source}/acc"] = figures[f"mean@{n}"]
+        metrics[f"val/{source}/score"] = figures["score"]
+        if n > 1:
+            metrics.update({f"val/{source}/{key}": value for key, value in figures.items() if key.startswith("pass@")})
+    overall = summary.get("all") or next(iter(summary.values()))
+    metrics["val/acc"] = overall[f"mean@{int(overall['num_samples'] // overall['num_prompts'])}"]
     return metrics
-
-
-def dataset_sources(dataset) -> list[str]:
-    return [dataset[i].data_source for i in range(len(dataset))]

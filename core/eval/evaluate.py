@@ -1,0 +1,82 @@
+"""`recipezoo eval`: score generated responses and report mean@n / pass@k per data source.
+
+Scoring goes through the reward manager the trainer uses (same scorers, same dispatch by
+`data_source`, same timeouts), and the figures through `core.eval.summary.summarize`, which
+validation during training uses too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.data.dataset import get_field, read_rows
+from core.eval.summary import PromptResult, summarize
+
+GROUND_TRUTH_KEY = "reward_model.ground_truth"
+
+
+def load_scored_inputs(paths: list[str]) -> list[dict]:
+    """Rows of `recipezoo generate` output, checked for what scoring needs."""
+    rows = []
+    for path in paths:
+        file_rows = read_rows(path)
+        for number, row in enumerate(file_rows):
+            for key in ("data_source", GROUND_TRUTH_KEY, "responses"):
+                if get_field(row, key, None) is None:
+                    raise ValueError(f"{path}: row {number} has no {key!r} (it has {sorted(row)}); eval reads the "
+                                     "output of `recipezoo generate`, whose input rows follow verl's schema "
+                                     "(`recipezoo data` writes them)")
+        rows += file_rows
+    if not rows:
+        raise ValueError(f"{', '.join(paths)}: no rows to evaluate")
+    return rows
+
+
+def score_rows(rows: list[dict], reward_manager) -> tuple[list[PromptResult], list[dict]]:
+    """One PromptResult per row, and the per-sample scores/errors to write back."""
+    texts, sources, truths, extras, owners = [], [], [], [], []
+    for index, row in enumerate(rows):
+        for text in row["responses"]:
+            texts.append(text)
+            sources.append(row["data_source"])
+            truths.append(get_field(row, GROUND_TRUTH_KEY))
+            extras.append(row.get("extra_info"))
+            owners.append(index)
+    scored = reward_manager.score_texts(texts, sources, truths, extras)
+    results = [PromptResult(row["data_source"]) for row in rows]
+    details = [{"scores": [], "accs": [], "errors": []} for _ in rows]
+    for owner, outcome in zip(owners, scored):
+        results[owner].accs.append(outcome["acc"])
+        results[owner].scores.append(outcome["score"])
+        details[owner]["scores"].append(outcome["score"])
+        details[owner]["accs"].append(outcome["acc"])
+        details[owner]["errors"].append(outcome.get("error"))
+    return results, details
+
+
+def evaluate(paths: list[str], reward_manager, grader: dict) -> dict:
+    """{"results": summarize(...), "protocol": generation settings + grader, "files", "reward_errors"}."""
+    rows = load_scored_inputs(paths)
+    results, details = score_rows(rows, reward_manager)
+    settings = {json.dumps(row.get("generation"), sort_keys=True, default=str) for row in rows}
+    generation = json.loads(settings.pop()) if len(settings) == 1 else "mixed (files generated with different settings)"
+    errors = sum(error is not None for detail in details for error in detail["errors"])
+    return {"results": summarize(results), "protocol": {"generation": generation, "grader": grader},
+            "files": [str(Path(p)) for p in paths], "reward_errors": errors}
+
+
+def format_report(report: dict) -> str:
+    """A markdown table: one row per data source, mean@n and pass@k columns."""
+    results = report["results"]
+    columns = sorted({k for figures in results.values() for k in figures if "@" in k}, key=_column_order)
+    lines = ["| data source | prompts | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for source, figures in results.items():
+        cells = " | ".join(f"{figures[c]:.3f}" if c in figures else "" for c in columns)
+        lines.append(f"| {source} | {int(figures['num_prompts'])} | {cells} |")
+    return "\n".join(lines)
+
+
+def _column_order(column: str) -> tuple[int, int]:
+    kind, k = column.split("@")
+    return (0 if kind == "mean" else 1, int(k))

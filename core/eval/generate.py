@@ -1,0 +1,82 @@
+"""`recipezoo generate`: n responses per prompt from any model, saved as parquet next to the prompt rows.
+
+Generation goes through the same rollout backend and prompt pipeline as training (chat template,
+left padding, seeded sampling), so an offline evaluation measures what validation measures.
+Each output row is the input row plus `responses` (n strings), `response_lengths` (tokens) and
+`generation` (the settings), so a results file carries its own protocol.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from core.data.dataset import PromptDataset, collate_prompts, read_rows, write_rows
+from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
+from core.rollout.base import SamplingParams
+from core.tracking.console import format_duration
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    model: str
+    data: tuple[str, ...]
+    gguf_file: str | None = None
+    n: int = 1
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 512
+    max_prompt_length: int = 1024
+    batch_size: int = 64  # prompts per generate call
+    max_samples: int | None = None  # the first N prompts; None = all
+    seed: int = 0
+    rollout: str = "hf"
+    device: str = "auto"
+
+
+def generate_responses(spec: GenerationSpec, out: str | Path) -> Path:
+    """Generate for every prompt of `spec.data` (up to max_samples) and write `out` (.parquet/.jsonl)."""
+    from core.trainer.workers import build_rollout  # the trainer's backend factory, also for vllm later
+
+    device = torch.device("cuda" if spec.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if spec.device == "auto" else spec.device))
+    model_path = resolve_model_path(spec.model)
+    tokenizer = load_tokenizer(model_path, spec.gguf_file)
+    dataset = PromptDataset(list(spec.data), tokenizer, max_prompt_length=spec.max_prompt_length)
+    items = dataset.items[: spec.max_samples] if spec.max_samples else dataset.items
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = load_causal_lm(model_path, spec.gguf_file, dtype=dtype).to(device)
+    rollout = build_rollout(SimpleNamespace(name=spec.rollout, micro_batch_size=0), model, tokenizer)
+    source_rows = [row for path in spec.data for row in read_rows(path)]
+    settings = {key: value for key, value in asdict(spec).items() if key not in ("data", "batch_size", "device")}
+    settings["model"] = str(spec.model)
+    rows, started = [], time.perf_counter()
+    for first in range(0, len(items), spec.batch_size):
+        chunk = items[first:first + spec.batch_size]
+        params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
+                                max_new_tokens=spec.max_tokens, seed=spec.seed + first)
+        batch = rollout.generate(collate_prompts(chunk, dataset.pad_token_id), params)
+        texts, lengths = decode(batch, tokenizer)
+        for i, item in enumerate(chunk):
+            rows.append({**source_rows[item.index], "responses": texts[i * spec.n:(i + 1) * spec.n],
+                         "response_lengths": lengths[i * spec.n:(i + 1) * spec.n], "generation": settings})
+        _progress(len(rows), len(items), started)
+    return write_rows(rows, out)
+
+
+def decode(batch, tokenizer) -> tuple[list[str], list[int]]:
+    """Response texts (only masked-in tokens, special tokens dropped) and their token counts."""
+    mask = batch["response_mask"].bool()
+    ids = [row[row_mask].tolist() for row, row_mask in zip(batch["responses"], mask)]
+    return tokenizer.batch_decode(ids, skip_special_tokens=True), mask.sum(-1).tolist()
+
+
+def _progress(done: int, total: int, started: float) -> None:
+    elapsed = time.perf_counter() - started
+    eta = elapsed / done * (total - done)
+    print(f"generated {done}/{total} prompts | {format_duration(elapsed)} | ETA {format_duration(eta)}", flush=True)
