@@ -6,6 +6,7 @@ contract (`Batch.check`) with the stage's name, so a shape bug names the stage t
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -14,7 +15,8 @@ from core.algos.kl import kl_penalty
 from core.data.batch import Batch
 from core.engine.distributed import all_reduce_mean
 from core.models.export import write_hf_files
-from core.reward.manager import RewardManager
+from core.reward.build import build_reward_manager
+from core.reward.manager import reward_metrics
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
 from core.trainer.checkpoint import CheckpointManager
@@ -30,12 +32,13 @@ class BaseTrainer:
         self.world, self.tokenizer = parts.world, parts.tokenizer
         self.train_loader, self.val_dataset = parts.train_loader, parts.val_dataset
         self.actor_rollout = parts.actor_rollout
-        self.reward_manager = RewardManager(self.tokenizer)
+        self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
         self.tracking = parts.tracking
         self.resume_from = parts.resume_from
         self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
                                              keep_last=config.trainer.max_ckpt_to_keep)
         self.timings: dict[str, float] = {}
+        self.step_metrics: dict[str, float] = {}  # what a step's methods report besides their outputs
         self.val_history: list[tuple[int, dict[str, float]]] = []
         self.global_step = 0  # the step `fit` is in (1-based), for steps that depend on it
 
@@ -46,11 +49,11 @@ class BaseTrainer:
     # ---- the loop -----------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
         total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
-        with self.tracking:
+        with self.tracking, closed_at_exit(self.reward_manager):
             first_step = self.resume() + 1
             val_metrics = self.validate(step=0) if first_step == 1 else {}
             for step in range(first_step, total + 1):
-                self.global_step, self.timings = step, {}
+                self.global_step, self.timings, self.step_metrics = step, {}, {}
                 with timed("step", self.timings):
                     batch = next(self.train_loader)
                     batch = self.stage("gen", self.generate, batch)
@@ -85,6 +88,8 @@ class BaseTrainer:
 
     def compute_rewards(self, batch: Batch) -> Batch:
         scores, info = self.reward_manager(batch)
+        for key, count in reward_metrics(info).items():  # summed: DAPO scores several batches a step
+            self.step_metrics[key] = self.step_metrics.get(key, 0) + count
         batch.tensors["token_level_scores"] = scores
         batch.non_tensors["acc"] = np.asarray(info["acc"], dtype=object)
         return batch
@@ -171,7 +176,7 @@ class BaseTrainer:
         return metrics
 
     def log_step(self, step: int, batch: Batch, metrics: dict[str, float]) -> None:
-        metrics = dict(metrics)
+        metrics = {**metrics, **self.step_metrics}
         metrics.update(data_metrics(batch, self.config.data.max_response_length))
         metrics.update(throughput_metrics(batch, self.timings["timing_s/step"]))
         metrics = all_reduce_mean(metrics, self.world.device)
@@ -184,3 +189,13 @@ class BaseTrainer:
     @staticmethod
     def _due(step: int, freq: int, total: int) -> bool:
         return bool(freq) and (step % freq == 0 or step == total)
+
+
+@contextmanager
+def closed_at_exit(resource):
+    """Call `resource.close()` on leaving, if it has one (a pool reward manager's processes)."""
+    try:
+        yield resource
+    finally:
+        if hasattr(resource, "close"):
+            resource.close()

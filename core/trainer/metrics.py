@@ -41,4 +41,5 @@ def throughput_metrics(batch: Batch, step_seconds: float) -> dict[str, float]:
 
 
 # Counts that add up over ranks; every other metric is averaged.
-SUMMED_OVER_RANKS = ("perf/total_num_tokens", "rollout/generated_tokens")
+SUMMED_OVER_RANKS = ("perf/total_num_tokens", "rollout/generated_tokens", "reward/error_count",
+                     "reward/timeout_count")

@@ -20,8 +20,6 @@ from core.trainer.base import BaseTrainer
 
 
 class DAPOTrainer(BaseTrainer):
-    dapo_metrics: dict[str, float] = {}
-
     def generate(self, prompts: Batch) -> Batch:
         filter_groups = self.config.algorithm.filter_groups
         if not filter_groups.enable:
@@ -51,7 +49,7 @@ class DAPOTrainer(BaseTrainer):
                     f"is neither too easy nor too hard for the model (critic/score/mean)"
                 )
             prompts = next(self.train_loader)
-        self.dapo_metrics = {"dapo/num_gen_batches": round_, "dapo/kept_group_ratio": num_kept / num_generated}
+        self.step_metrics.update({"dapo/num_gen_batches": round_, "dapo/kept_group_ratio": num_kept / num_generated})
         batch = concat_rollouts(kept, self.tokenizer.pad_token_id)  # rounds differ in width
         rows = [row for group in group_indices(batch["uid"])[:target] for row in group]
         return batch.select(rows)  # exactly `target` groups; extra kept groups are dropped
@@ -65,8 +63,5 @@ class DAPOTrainer(BaseTrainer):
             penalty = overlong_penalty(response_mask.sum(-1), self.config.data.max_response_length,
                                        buffer.len, buffer.penalty_factor)  # (B,) ≤ 0
             batch.tensors["token_level_scores"] = batch["token_level_scores"] + place_on_last_token(penalty, response_mask)
-            self.dapo_metrics = {**self.dapo_metrics, "dapo/overlong_penalty/mean": penalty.mean().item()}
+            self.step_metrics["dapo/overlong_penalty/mean"] = penalty.mean().item()
         return batch
-
-    def log_step(self, step, batch, metrics):
-        super().log_step(step, batch, {**metrics, **self.dapo_metrics})
