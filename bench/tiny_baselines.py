@@ -51,8 +51,9 @@ def run_one(variant: str, seed: int, args, log_dir: Path) -> tuple[str, int, int
 
 def warm_start_and_experiment(uri: str) -> None:
     """Train the shared warm-start once and create the experiment before runs start in parallel."""
-    from core.models.warmstart import warm_started_model_path
     import mlflow
+
+    from core.models.warmstart import warm_started_model_path
 
     warm_started_model_path()
     client = mlflow.MlflowClient(uri)

@@ -13,8 +13,14 @@ from transformers import AutoModelForCausalLM
 
 from core.cli import main as cli_main
 from core.config import load_config
-from core.trainer.checkpoint import (CheckpointError, capture_rng_state, latest_checkpoint, list_checkpoints,
-                                     resolve_resume, restore_rng_state)
+from core.trainer.checkpoint import (
+    CheckpointError,
+    capture_rng_state,
+    latest_checkpoint,
+    list_checkpoints,
+    resolve_resume,
+    restore_rng_state,
+)
 from recipes.grpo.trainer import GRPOTrainer
 
 # Timing and throughput differ between any two runs; everything else must not.

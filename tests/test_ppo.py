@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_dry_run import gsm8k_rows
 
 from core.config import load_config
 from core.data.batch import Batch
@@ -16,7 +17,6 @@ from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.loading import load_causal_lm, load_value_model
 from recipes.ppo.trainer import PPOTrainer
-from test_dry_run import gsm8k_rows
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT_LEN, RESPONSE_LEN = 4, 5
