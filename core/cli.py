@@ -117,17 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
 def _subcommand_parsers():
     """Commands that live next to what they drive; imported lazily inside their handlers."""
     from core.data.preprocess import add_parser as data
+    from core.doctor import add_parser as doctor
     from core.eval.commands import add_parser as generate_and_eval
     from core.models.export import add_parser as merge
+    from core.models.fetch import add_parser as fetch_model
 
-    return [data, generate_and_eval, merge]
+    return [data, generate_and_eval, merge, fetch_model, doctor]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # argparse leaves overrides that follow a flag (`train a=1 --dry-run b=2`) unparsed: they are overrides too.
-    if extra and (args.command != "train" or any(arg.startswith("-") for arg in extra)):
+    if extra and (args.command not in ("train", "doctor") or any(arg.startswith("-") for arg in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides += extra

