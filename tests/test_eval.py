@@ -116,3 +116,14 @@ def test_eval_names_a_file_without_ground_truth(tmp_path, capsys):
 def test_generate_without_a_model_says_which_flag_is_missing(tmp_path, capsys):
     assert cli_main(["generate", "--data", "x.parquet", "--out", str(tmp_path / "o.parquet")]) == 1
     assert "--model required" in capsys.readouterr().err
+
+
+def test_validation_with_several_samples_reports_pass_at_k(fast_overrides):
+    from core.config import load_config
+    from recipes.grpo.trainer import GRPOTrainer
+
+    config = load_config("grpo", fast_overrides + ["trainer.test_freq=1", "data.val_max_samples=6",
+                                                   "rollout.val_n=4", "rollout.val_temperature=1.0"])
+    metrics = GRPOTrainer(config).fit()
+    assert {"val/arithmetic/acc", "val/arithmetic/pass@2", "val/arithmetic/pass@4", "val/acc"} <= set(metrics)
+    assert metrics["val/arithmetic/pass@4"] >= metrics["val/arithmetic/pass@1"] == metrics["val/arithmetic/acc"]
