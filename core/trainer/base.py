@@ -19,8 +19,8 @@ from core.reward.build import build_reward_manager
 from core.reward.manager import reward_metrics
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
-from core.trainer.checkpoint import CheckpointManager
-from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, throughput_metrics
+from core.trainer.checkpoint import CheckpointManager, list_checkpoints
+from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
 from core.trainer.setup import build_components
 from core.trainer.validation import validate
 
@@ -96,6 +96,7 @@ class BaseTrainer:
 
     def compute_log_probs(self, batch: Batch) -> Batch:
         batch = batch.union(self.actor_rollout.compute_log_probs(batch), stage="old_log_prob")
+        self.step_metrics.update(logprob_diff_metrics(batch))
         rewards = batch["token_level_scores"]
         if self.config.algorithm.use_kl_in_reward:
             kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], self.config.algorithm.kl_penalty)
@@ -145,14 +146,25 @@ class BaseTrainer:
         """Load `trainer.resume`'s checkpoint (weights, optimizer, schedule, RNG, data position);
         returns its step, 0 for a fresh run."""
         if self.resume_from is None:
+            self._note_existing_checkpoints()
             return 0
         state = self.checkpoints.load(self.resume_from, self.checkpoint_engines())
         self.train_loader.load_state_dict(state["loader"])
         self.val_history = [tuple(entry) for entry in state["val_history"]]
         self.sync_weights()  # the rollout engine still holds the initial weights
         if self.world.is_main:
-            print(f"resumed from {self.resume_from} at step {state['step']}", flush=True)
+            left = self.config.trainer.total_steps - state["step"]
+            print(f"resumed from {self.resume_from} at step {state['step']}; "
+                  + (f"{left} steps to go" if left > 0 else "nothing left to train (raise trainer.total_steps)"),
+                  flush=True)
         return state["step"]
+
+    def _note_existing_checkpoints(self) -> None:
+        existing = list_checkpoints(self.checkpoints.root)
+        if existing and self.world.is_main and self.config.trainer.save_freq:
+            print(f"note: {self.checkpoints.root} holds checkpoints of an earlier run (up to step "
+                  f"{existing[-1][0]}); this run starts fresh (trainer.resume=disable) and its saves replace "
+                  "them. Use trainer.resume=auto to continue that run instead.", flush=True)
 
     # ---- around the loop ----------------------------------------------------------------------
     def sampling_params(self, validation: bool = False) -> SamplingParams:

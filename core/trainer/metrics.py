@@ -43,3 +43,13 @@ def throughput_metrics(batch: Batch, step_seconds: float) -> dict[str, float]:
 # Counts that add up over ranks; every other metric is averaged.
 SUMMED_OVER_RANKS = ("perf/total_num_tokens", "rollout/generated_tokens", "reward/error_count",
                      "reward/timeout_count")
+
+
+def logprob_diff_metrics(batch: Batch) -> dict[str, float]:
+    """|rollout − training| log-probs of the sampled tokens: the engines disagree more than float noise
+    when their numerics, sampling temperature or weights differ, and PPO's ratio then starts off 1."""
+    mask = batch["response_mask"].bool()  # (B, T_resp)
+    diff = (batch["rollout_log_probs"] - batch["old_log_probs"]).abs()[mask]
+    if diff.numel() == 0:
+        return {}
+    return {"rollout/logprob_diff/mean": diff.mean().item(), "rollout/logprob_diff/max": diff.max().item()}
