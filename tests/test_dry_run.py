@@ -60,7 +60,7 @@ def test_run_qwen3_8b_dry_run_prints_the_8_gpu_plan_offline(gsm8k_dir):
     assert "model        Qwen/Qwen3-8B" in plan and "the dry run does not" in plan
     assert "1 node × 8 GPUs = 8 GPUs" in plan
     assert "actor+rollout+ref (colocated on 8 GPUs)" in plan and "critic" not in plan
-    assert "rollout      vllm: n=5" in plan and "vllm backend arrives in a later issue" in plan
+    assert "rollout      vllm: n=5" in plan
     assert "prompts/step              1024" in plan
     assert "sequences/step            5120" in plan
     assert "mini-batches/step         4 " in plan and "= 4 optimizer steps" in plan

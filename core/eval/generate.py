@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -50,8 +49,8 @@ def generate_responses(spec: GenerationSpec, out: str | Path) -> Path:
     dataset = PromptDataset(list(spec.data), tokenizer, max_prompt_length=spec.max_prompt_length)
     items = dataset.items[: spec.max_samples] if spec.max_samples else dataset.items
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = load_causal_lm(model_path, spec.gguf_file, dtype=dtype).to(device)
-    rollout = build_rollout(SimpleNamespace(name=spec.rollout, micro_batch_size=0), model, tokenizer)
+    model = load_causal_lm(model_path, spec.gguf_file, dtype=dtype).to(device) if spec.rollout == "hf" else None
+    rollout = build_rollout(_rollout_config(spec), model_path, tokenizer, lambda: model)
     source_rows = [row for path in spec.data for row in read_rows(path)]
     settings = {key: value for key, value in asdict(spec).items() if key not in ("data", "batch_size", "device")}
     settings["model"] = str(spec.model)
@@ -67,6 +66,17 @@ def generate_responses(spec: GenerationSpec, out: str | Path) -> Path:
                          "response_lengths": lengths[i * spec.n:(i + 1) * spec.n], "generation": settings})
         _progress(len(rows), len(items), started)
     return write_rows(rows, out)
+
+
+def _rollout_config(spec: GenerationSpec):
+    """The slice of the training config that `build_rollout` reads, from base.yaml's defaults."""
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.load(Path(__file__).resolve().parents[1] / "config" / "base.yaml")
+    base.rollout.name = spec.rollout
+    base.data.max_prompt_length, base.data.max_response_length = spec.max_prompt_length, spec.max_tokens
+    base.trainer.seed = spec.seed
+    return base
 
 
 def decode(batch, tokenizer) -> tuple[list[str], list[int]]:

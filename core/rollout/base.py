@@ -17,7 +17,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0  # 0 disables top-k
     max_new_tokens: int = 32
-    seed: int = 0
+    seed: int | None = 0  # None: no per-call seed (faster in vLLM, but a call cannot be replayed)
 
     @property
     def greedy(self) -> bool:

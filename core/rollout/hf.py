@@ -29,8 +29,9 @@ class HFRollout(RolloutBackend):
         # One seed per call, not per chunk: the same (prompts, params) always give the same samples;
         # fork_rng leaves the caller's CPU and CUDA random streams as they were.
         cuda_devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=cuda_devices):
-            torch.manual_seed(params.seed)
+        with torch.random.fork_rng(devices=cuda_devices, enabled=params.seed is not None):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
             chunks = [self._generate_chunk(chunk, params) for chunk in repeated.split(size)]
         width = max(c[0].shape[1] for c in chunks)
         responses = torch.cat([_pad_right(c[0], width, self.tokenizer.pad_token_id) for c in chunks])

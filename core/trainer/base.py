@@ -173,7 +173,7 @@ class BaseTrainer:
             return SamplingParams(n=r.val_n, temperature=r.val_temperature, top_p=r.top_p, top_k=r.top_k,
                                   max_new_tokens=self.config.data.max_response_length)
         # A distinct, reproducible seed per (run seed, data position, rank).
-        seed = self.config.trainer.seed * 1_000_003 + step * 97 + self.world.rank
+        seed = self.config.trainer.seed * 1_000_003 + step * 97 + self.world.rank if r.seed_each_call else None
         return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                               max_new_tokens=self.config.data.max_response_length, seed=seed)
 

@@ -7,6 +7,7 @@ What needs the tokenizer (prompt lengths against `data.max_prompt_length`) is le
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -24,9 +25,9 @@ from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
 from core.trainer.setup import check_batch_sizes, data_files
 
 # Every name a key accepts, with None when it works today and else why the real run would stop.
-ROLLOUT_BACKENDS = {"hf": None, "vllm": "arrives in a later issue", "sglang": "arrives in a later issue"}
+ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
 CONTROLLERS = {"local": None, "ray": "arrives in a later issue"}
-PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR` (that command arrives in a later issue)"
+PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR`"
 _MISSING = object()
 
 
@@ -55,9 +56,11 @@ def make_plan(config) -> dict:
     per_device = seqs_per_mini // world
     steps_per_epoch = sum(train_rows.values()) // data.train_batch_size
     notes = []
-    if ROLLOUT_BACKENDS[rollout.name]:
-        notes.append(f"rollout.name={rollout.name}: the {rollout.name} backend {ROLLOUT_BACKENDS[rollout.name]}; "
-                     f"until then the real run stops when it builds the rollout (use rollout.name=hf)")
+    package = ROLLOUT_PACKAGES[rollout.name]
+    installed = package is None or importlib.util.find_spec(package) is not None
+    if not installed:
+        notes.append(f"rollout.name={rollout.name}: {package} is not installed here; the real run needs it where "
+                     "it runs (`recipezoo doctor` prints the install command)")
     if CONTROLLERS[trainer.controller]:
         notes.append(f"trainer.controller={trainer.controller} {CONTROLLERS[trainer.controller]}")
     if trainer.controller == "local" and world > 1:
@@ -70,7 +73,7 @@ def make_plan(config) -> dict:
         "trainer": {"cls": trainer.cls, "controller": trainer.controller, "run_name": resolved["tracking"]["run_name"],
                     "output_dir": resolved["trainer"]["output_dir"], "tracking": list(config.tracking.backends)},
         "model": {"path": config.model.path, "source": model_source(config.model.path)},
-        "rollout": {"name": rollout.name, "status": ROLLOUT_BACKENDS[rollout.name] or "available",
+        "rollout": {"name": rollout.name, "status": "available" if installed else f"{package} not installed here",
                     "n": rollout.n, "temperature": rollout.temperature, "top_p": rollout.top_p},
         "resources": {"nnodes": trainer.nnodes, "n_gpus_per_node": trainer.n_gpus_per_node, "world_size": world,
                       "device": trainer.device,
@@ -103,7 +106,7 @@ def make_plan(config) -> dict:
 def check_choices(config) -> None:
     """Keys that take a name: an unknown one fails here, with the names that work."""
     choices = {
-        "rollout.name": list(ROLLOUT_BACKENDS),
+        "rollout.name": list(ROLLOUT_PACKAGES),
         "trainer.controller": list(CONTROLLERS),
         "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
         "actor.policy_loss": POLICY_LOSSES.names(),

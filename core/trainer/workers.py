@@ -35,7 +35,7 @@ class ActorRolloutRefWorker:
         if with_reference:
             self.ref = FSDPEngine(self._load(model_path), world, micro_batch_size=actor.micro_batch_size,
                                   mixed_precision=actor.mixed_precision)
-        self.rollout = build_rollout(config.rollout, self._load(model_path).to(world.device), tokenizer)
+        self.rollout = build_rollout(config, model_path, tokenizer, lambda: self._load(model_path).to(world.device))
         self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
 
     def _load(self, model_path: str) -> torch.nn.Module:
@@ -105,11 +105,24 @@ class CriticWorker:
                                   epochs=critic.ppo_epochs)
 
 
-def build_rollout(rollout_cfg, model: torch.nn.Module, tokenizer) -> RolloutBackend:
-    if rollout_cfg.name == "hf":
-        return HFRollout(model, tokenizer, micro_batch_size=rollout_cfg.micro_batch_size)
-    raise ValueError(f"rollout.name={rollout_cfg.name!r}: expected one of ['hf'] "
-                     "(vllm and sglang backends are not built yet)")
+def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutBackend:
+    """`rollout.name`: hf (its own HF copy of the policy, from `load_hf_model()`), vllm or sglang."""
+    rollout = config.rollout
+    if rollout.name == "hf":
+        return HFRollout(load_hf_model(), tokenizer, micro_batch_size=rollout.micro_batch_size)
+    if rollout.name in ("vllm", "sglang"):
+        max_model_len = rollout.max_model_len or config.data.max_prompt_length + config.data.max_response_length
+        dtype = "bfloat16" if torch.cuda.is_available() else "float32"  # CPU: the trainer's fp32, exactly
+        if rollout.name == "vllm":
+            from core.rollout.vllm import VLLMRollout
+
+            return VLLMRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
+                               max_model_len=max_model_len)
+        from core.rollout.sglang import SGLangRollout
+
+        return SGLangRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
+                             max_model_len=max_model_len)
+    raise ValueError(f"rollout.name={rollout.name!r}: expected one of ['hf', 'vllm', 'sglang']")
 
 
 def mini_batch_rows(config, world: World) -> int:

