@@ -96,13 +96,10 @@ class VLLMRollout(RolloutBackend):
         return assemble_rollout(prompts, responses, log_probs, self.tokenizer.eos_token_id, params.n)
 
     def _vllm_params(self, params: SamplingParams):
-        sampling = {} if params.greedy else dict(temperature=params.temperature, top_p=params.top_p,
-                                                   top_k=params.top_k if params.top_k > 0 else -1)
-        return self._sampling_params_cls(
-            n=params.n, max_tokens=params.max_new_tokens, seed=params.seed, logprobs=0,
-            stop_token_ids=[self.tokenizer.eos_token_id], temperature=0.0 if params.greedy else params.temperature,
-            **{k: v for k, v in sampling.items() if k != "temperature"},
-        )
+        sampling = {"temperature": 0.0} if params.greedy else {
+            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1}
+        return self._sampling_params_cls(n=params.n, max_tokens=params.max_new_tokens, seed=params.seed, logprobs=0,
+                                         stop_token_ids=[self.tokenizer.eos_token_id], **sampling)
 
     # ---- weights and memory -------------------------------------------------------------------
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
