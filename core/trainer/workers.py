@@ -111,7 +111,7 @@ def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutB
     if rollout.name == "hf":
         return HFRollout(load_hf_model(), tokenizer, micro_batch_size=rollout.micro_batch_size)
     if rollout.name in ("vllm", "sglang"):
-        max_model_len = rollout.max_model_len or config.data.max_prompt_length + config.data.max_response_length
+        max_model_len = rollout.max_model_len or _engine_max_len(model_path, config.data)
         dtype = "bfloat16" if torch.cuda.is_available() else "float32"  # CPU: the trainer's fp32, exactly
         if rollout.name == "vllm":
             from core.rollout.vllm import VLLMRollout
@@ -123,6 +123,15 @@ def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutB
         return SGLangRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
                              max_model_len=max_model_len)
     raise ValueError(f"rollout.name={rollout.name!r}: expected one of ['hf', 'vllm', 'sglang']")
+
+
+def _engine_max_len(model_path: str, data) -> int:
+    """Prompt + response budget, capped at the model's context: vLLM refuses a longer max_model_len."""
+    from transformers import AutoConfig
+
+    limit = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+    wanted = data.max_prompt_length + data.max_response_length
+    return min(wanted, int(limit)) if limit else wanted
 
 
 def mini_batch_rows(config, world: World) -> int:
