@@ -1,0 +1,76 @@
+"""Tensor parallel (torchrun, gloo) matches one process: TP=2 alone, and dp=2 x tp=2 with FSDP2."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from core.engine.tp import build_mesh, check_tensor_parallel_size, parallelize_decoder
+
+SCRIPT = Path(__file__).parent / "dist" / "tp_check.py"
+REPO = Path(__file__).resolve().parent.parent
+REL_TOL = 1e-5  # of the largest entry of each tensor: summation order differs across ranks
+
+
+def _run(nproc: int, out: Path, mode: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # --standalone: a single-node rendezvous on a free port that torchrun picks itself.
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               str(SCRIPT), str(out), mode]
+    # A launch can fail for reasons outside the code under test (a rendezvous port taken between
+    # torchrun picking it and binding it); such a launch is retried once. A mismatch is not.
+    failures = []
+    for _ in range(2):
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        if result.returncode == 0:
+            return torch.load(out)
+        failures.append(result.stderr[-3000:])
+    raise AssertionError(f"{' '.join(command)} failed twice:\n" + "\n---\n".join(failures))
+
+
+def test_tp2_logits_gradients_and_step_equal_one_process(tmp_path):
+    result = _run(2, tmp_path / "tp.pt", "tp")
+    assert result["grad_names"] == result["ref_names"]
+    for name in ("self_attn.q_proj.weight", "self_attn.o_proj.weight", "mlp.down_proj.weight", "self_attn.q_norm"):
+        assert any(name in sharded for sharded in result["sharded"]), f"{name} was not tensor-parallel"
+    for what in ("logits", "grads", "weights"):
+        max_abs, max_rel = result[what]
+        assert max_rel < REL_TOL, f"{what}: max abs diff {max_abs:.3g}, relative {max_rel:.3g}"
+
+
+def test_dp2_tp2_step_equals_one_process_step_on_whole_batch(tmp_path):
+    result = _run(4, tmp_path / "2d.pt", "2d")
+    assert result["names"] == result["ref_names"]
+    assert result["moved"] > 1e-3, "the step did not change the weights; the comparison would be vacuous"
+    grad_norm, ref_norm = result["grad_norm"]
+    # A gradient averaged over the 4 ranks instead of the 2 dp groups would show here as half the norm.
+    assert grad_norm == pytest.approx(ref_norm, rel=REL_TOL)
+    max_abs, max_rel = result["weights"]
+    assert max_rel < REL_TOL, f"weights after the step: max abs diff {max_abs:.3g}, relative {max_rel:.3g}"
+
+
+def _tiny_config(**overrides):
+    from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
+
+    return tiny_qwen3_config(build_tiny_tokenizer(), **overrides)
+
+
+def test_tp_size_that_does_not_split_heads_evenly_names_the_setting():
+    from transformers import Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM(_tiny_config(num_hidden_layers=1))  # 4 query heads, 2 key/value heads
+    with pytest.raises(ValueError, match=r"actor.tensor_parallel_size=3 .*num_attention_heads=4.*\[1, 2\]"):
+        # The check comes before any collective, so a mesh that only knows its size is enough.
+        parallelize_decoder(model, SimpleNamespace(size=lambda: 3))
+    with pytest.raises(ValueError, match=r"actor.tensor_parallel_size=4 .*num_key_value_heads=2"):
+        check_tensor_parallel_size(model.config, 4)
+    check_tensor_parallel_size(model.config, 2)
+
+
+def test_world_size_not_divisible_by_tp_size_is_refused():
+    with pytest.raises(ValueError, match=r"actor.tensor_parallel_size=3 .*divide the number of training processes \(4\)"):
+        build_mesh(4, 3, "cpu")
