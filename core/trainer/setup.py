@@ -30,7 +30,7 @@ class Components:
     tokenizer: object
     train_loader: PromptLoader
     val_dataset: PromptDataset
-    actor_rollout: ActorRolloutRefWorker
+    actor_rollout: ActorRolloutRefWorker  # or a RayWorkerGroup with the same methods
     tracking: Tracking
     resume_from: Path | None  # the checkpoint `trainer.resume` points at, None: a fresh run
 
@@ -45,8 +45,12 @@ def build_components(config, with_reference: bool) -> Components:
     trainer = config.trainer
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
-    world = init_distributed(trainer.device)
-    check_batch_sizes(config, world.size)
+    ray_mode = trainer.controller == "ray"
+    # Under Ray the driver only orchestrates: a 1-rank CPU group for its own bookkeeping; the
+    # workers hold the devices.
+    world = init_distributed("cpu" if ray_mode else trainer.device)
+    dp_size = trainer.nnodes * trainer.n_gpus_per_node if ray_mode else world.size
+    check_batch_sizes(config, dp_size)
     resume_from = resolve_resume(trainer.resume, Path(trainer.checkpoint_dir))  # a bad path fails before loading
     seed_everything(trainer.seed)  # same on every rank: every rank must build identical weights
     model_path = resolve_model_path(config.model.path)
@@ -54,7 +58,12 @@ def build_components(config, with_reference: bool) -> Components:
     train_set, val_set = build_datasets(config.data, tokenizer)
     loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,
                           shuffle=config.data.shuffle, rank=world.rank, world_size=world.size)
-    actor_rollout = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
+    if ray_mode:
+        from core.trainer.ray_controller import RayWorkerGroup
+
+        actor_rollout = RayWorkerGroup(config, model_path, tokenizer, with_reference=with_reference, num_workers=dp_size)
+    else:
+        actor_rollout = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
     resolved = OmegaConf.to_container(config, resolve=True)
     resolved["model"]["resolved_path"] = model_path
     # A resumed run continues its MLflow run, so the curves before and after the crash are one run.

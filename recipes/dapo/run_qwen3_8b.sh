@@ -18,6 +18,7 @@ cd "$(dirname "$0")/../.."
 # One process per GPU (the local controller's SPMD mode); a dry run needs only one.
 case " $* " in
     *" --dry-run "*|*" trainer.dry_run=true "*) launcher=(python) ;;
+    *" trainer.controller=ray "*) launcher=(python) ;;  # one driver; Ray places the workers (RAY_ADDRESS)
     *) launcher=(torchrun --nnodes=1 --nproc_per_node=8) ;;
 esac
 exec "${launcher[@]}" -m core.cli train --recipe dapo \

@@ -20,6 +20,9 @@ class PPOTrainer(BaseTrainer):
         if config.algorithm.adv_estimator != "gae":
             raise ValueError(f"PPO learns a critic for GAE: set algorithm.adv_estimator=gae "
                              f"(got {config.algorithm.adv_estimator!r}), or use a critic-free recipe")
+        if config.trainer.controller == "ray":
+            raise ValueError("PPO's critic has no Ray worker group yet: run PPO with trainer.controller=local "
+                             "(one process, or torchrun for several GPUs)")
         super().__init__(config)
         # Re-seeded so every rank builds the same fresh value head, whatever ran before.
         torch.manual_seed(config.trainer.seed)

@@ -1,0 +1,169 @@
+"""The Ray controller (DESIGN.md §2): one driver runs `fit`; the actor+rollout+ref role runs as a group
+of Ray actors, one per data-parallel rank, each joining one torch.distributed group (gloo on CPU,
+NCCL on GPU) so FSDP2 shards across them.
+
+The group has the methods of `ActorRolloutRefWorker`, so the trainer does not know which controller
+runs it: a call splits the `Batch` into contiguous equal parts by rank (the same parts torchrun's
+ranks load), runs on every worker, and concatenates the results. Multi-node is a Ray cluster
+(`ray start --head` / `ray start --address=...`, then RAY_ADDRESS for the driver).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from types import SimpleNamespace
+
+import ray
+from omegaconf import OmegaConf
+
+from core.data.batch import Batch
+from core.rollout.base import SamplingParams, concat_rollouts
+
+ROLE = "actor_rollout"
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker of a group died; the message names its role and rank."""
+
+
+def connect_ray() -> None:
+    """Join the cluster at RAY_ADDRESS, or start a local one (a laptop, CI)."""
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True)
+
+
+@ray.remote
+class RankWorker:
+    """One rank: sets torchrun's environment, joins the process group, builds the role's worker."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size, self.worker = rank, world_size, None
+
+    def address(self) -> tuple[str, int]:
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def setup(self, master: tuple[str, int], config_container: dict, model_path: str, with_reference: bool) -> None:
+        from core.engine.distributed import init_distributed
+        from core.models.loading import load_tokenizer
+        from core.trainer.setup import seed_everything
+        from core.trainer.workers import ActorRolloutRefWorker
+
+        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
+                          MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
+        config = OmegaConf.create(config_container)
+        import torch
+
+        torch.set_num_threads(config.trainer.num_threads or 1)  # Ray gives each worker its CPUs; don't oversubscribe
+        world = init_distributed(config.trainer.device)
+        seed_everything(config.trainer.seed)  # every rank builds identical weights, as under torchrun
+        tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
+        self.worker = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
+
+    def call(self, method: str, *args):
+        return getattr(self.worker, method)(*args)
+
+    def engine_call(self, method: str, *args):
+        return getattr(self.worker.actor, method)(*args)
+
+
+class RayWorkerGroup:
+    """`ActorRolloutRefWorker`'s interface over `num_workers` Ray actors (one per GPU, or per CPU slot)."""
+
+    def __init__(self, config, model_path: str, tokenizer, *, with_reference: bool, num_workers: int):
+        connect_ray()
+        self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
+        gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
+        self.workers = [RankWorker.options(num_cpus=1, num_gpus=gpus).remote(rank, num_workers)
+                        for rank in range(num_workers)]
+        master = self._gather([self.workers[0].address.remote()])[0]
+        container = OmegaConf.to_container(config, resolve=True)
+        self._gather([w.setup.remote(master, container, model_path, with_reference) for w in self.workers])
+        self.actor = RemoteEngine(self, model_path)
+
+    # ---- the worker interface ---------------------------------------------------------------
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        parts = [part for part in _contiguous_parts(prompts, self.num_workers)]
+        refs = [worker.call.remote("generate", part, _rank_seeded(params, rank))
+                for rank, (worker, part) in enumerate(zip(self.workers, parts)) if len(part)]
+        return concat_rollouts(self._gather(refs), self.pad_token_id)
+
+    def compute_log_probs(self, batch: Batch) -> Batch:
+        return Batch.concat(self._run_split("compute_log_probs", batch))
+
+    def update_policy(self, batch: Batch) -> dict[str, float]:
+        return self._run_split("update_policy", batch)[0]  # already averaged over ranks inside the group
+
+    def sync_weights(self) -> None:
+        self._gather([worker.call.remote("sync_weights") for worker in self.workers])
+
+    def close(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker)
+        self.workers = []
+
+    # ---- dispatch ---------------------------------------------------------------------------
+    def _run_split(self, method: str, batch: Batch) -> list:
+        """Equal contiguous parts: FSDP's collectives need every rank to run the same micro-batches."""
+        return self._gather([worker.call.remote(method, part)
+                             for worker, part in zip(self.workers, batch.chunk(self.num_workers))])
+
+    def _gather(self, refs: list) -> list:
+        """Results in order; a dead worker stops the whole group at once (its peers would wait forever
+        in a collective) and raises an error naming its role and rank."""
+        pending, results = list(refs), {}
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                results[ready[0]] = ray.get(ready[0])
+            except ray.exceptions.RayActorError as error:
+                rank = refs.index(ready[0])
+                self.close()
+                raise WorkerDiedError(f"{ROLE} worker rank {rank} of {self.num_workers} died ({type(error).__name__}); "
+                                      "the group was shut down. The last checkpoint is intact: rerun with "
+                                      "trainer.resume=auto") from error
+        return [results[ref] for ref in refs]
+
+
+class RemoteEngine:
+    """The training engine of a group, as checkpoints see it: every rank takes part in a save or load."""
+
+    def __init__(self, group: RayWorkerGroup, model_path: str):
+        from transformers import AutoConfig, GenerationConfig
+
+        self.group = group
+        try:
+            generation_config = GenerationConfig.from_pretrained(model_path)
+        except OSError:
+            generation_config = None
+        self.model = SimpleNamespace(config=AutoConfig.from_pretrained(model_path), generation_config=generation_config)
+
+    def checkpoint_state(self) -> dict:
+        return self.group._gather([w.engine_call.remote("checkpoint_state") for w in self.group.workers])[0]
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        others = {"scheduler": state["scheduler"]} if "scheduler" in state else {}
+        self.group._gather([w.engine_call.remote("load_checkpoint_state", state if rank == 0 else others)
+                            for rank, w in enumerate(self.group.workers)])
+
+    def full_state_dict(self) -> dict:
+        return self.group._gather([w.engine_call.remote("full_state_dict") for w in self.group.workers])[0]
+
+
+def _contiguous_parts(batch: Batch, n: int) -> list[Batch]:
+    """n contiguous parts as equal as possible (validation batches need not divide evenly)."""
+    sizes = [len(batch) // n + (rank < len(batch) % n) for rank in range(n)]
+    starts = [sum(sizes[:rank]) for rank in range(n)]
+    return [batch.select(slice(start, start + size)) for start, size in zip(starts, sizes)]
+
+
+def _rank_seeded(params: SamplingParams, rank: int) -> SamplingParams:
+    """Rank r samples with seed + r, exactly as rank r does under torchrun."""
+    return params if params.seed is None else dataclasses.replace(params, seed=params.seed + rank)

@@ -1,0 +1,106 @@
+"""The Ray controller, for real: a local Ray cluster (and a two-node one) on this machine."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -c constraints-cpu.txt ray")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from core.config import load_config  # noqa: E402
+from core.models.loading import load_causal_lm  # noqa: E402
+from core.trainer.checkpoint import latest_checkpoint, resolve_resume  # noqa: E402
+from core.trainer.ray_controller import WorkerDiedError  # noqa: E402
+from recipes.grpo.trainer import GRPOTrainer  # noqa: E402
+
+RAY_WORKERS = ["trainer.controller=ray", "trainer.n_gpus_per_node=2", "trainer.num_threads=1"]
+
+
+@pytest.fixture
+def local_ray():
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def overrides(fast_overrides, *extra):
+    return [o for o in fast_overrides if not o.startswith("trainer.total_steps")] + list(extra)
+
+
+def test_two_ray_workers_take_the_same_step_as_two_torchrun_ranks(local_ray, fast_overrides, random_model_dir,
+                                                                  tmp_path):
+    reward = tmp_path / "varied_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return (sum(map(ord, solution_str)) % 7) / 6  # varies, so the step has a real gradient\n")
+    common = overrides(fast_overrides, "trainer.total_steps=1", "trainer.save_freq=1", "actor.weight_decay=0",
+                       f"reward.custom_function.path={reward}")
+    torchrun = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "core.cli",
+         "train", "--recipe", "grpo", *common, f"trainer.output_dir={tmp_path}/torchrun", "trainer.num_threads=1"],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert torchrun.returncode == 0, torchrun.stderr[-3000:]
+    GRPOTrainer(load_config("grpo", common + RAY_WORKERS + [f"trainer.output_dir={tmp_path}/ray"])).fit()
+
+    expected = torch.load(tmp_path / "torchrun/checkpoints/global_step_1/actor/model.pt", weights_only=True)
+    got = torch.load(tmp_path / "ray/checkpoints/global_step_1/actor/model.pt", weights_only=True)
+    assert expected.keys() == got.keys() and len(expected) > 10
+    initial = load_causal_lm(random_model_dir).state_dict()
+    assert any(not torch.equal(initial[name], got[name]) for name in got), "the step changed no weight"
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_killed_worker_is_named_and_the_last_checkpoint_stays_valid(local_ray, fast_overrides, tmp_path):
+    class KillRank1AtStep2(GRPOTrainer):
+        def generate(self, prompts):
+            if self.global_step == 2:
+                ray.kill(self.actor_rollout.workers[1])
+            return super().generate(prompts)
+
+    config = load_config("grpo", overrides(fast_overrides, "trainer.total_steps=3", "trainer.save_freq=1",
+                                           *RAY_WORKERS))
+    with pytest.raises(WorkerDiedError, match="actor_rollout worker rank 1 of 2 died"):
+        KillRank1AtStep2(config).fit()
+    root = tmp_path / "out" / "checkpoints"
+    assert latest_checkpoint(root) == root / "global_step_1"
+    assert resolve_resume("auto", root) == root / "global_step_1"
+
+
+def test_workers_spread_over_a_two_node_cluster(fast_overrides, tmp_path):
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        trainer = GRPOTrainer(load_config("grpo", overrides(fast_overrides, "trainer.total_steps=2", "trainer.nnodes=2",
+                                                             "trainer.n_gpus_per_node=1", "trainer.controller=ray",
+                                                             "trainer.num_threads=1")))
+        nodes = ray.get([worker.node_id.remote() for worker in trainer.actor_rollout.workers])
+        assert len(set(nodes)) == 2, "one worker per node"
+        trainer.fit()
+        assert trainer.global_step == 2
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+RAY_LEARN_STEPS = 40
+RAY_MIN_GAIN = 0.08
+
+
+@pytest.mark.slow
+def test_grpo_under_ray_with_two_workers_raises_held_out_accuracy(local_ray, tmp_path):
+    config = load_config("grpo", RAY_WORKERS + [
+        f"trainer.total_steps={RAY_LEARN_STEPS}", f"trainer.test_freq={RAY_LEARN_STEPS}", "data.val_max_samples=256",
+        "trainer.save_freq=0", "tracking.backends=[console]", f"trainer.output_dir={tmp_path}/out",
+    ])
+    trainer = GRPOTrainer(config)
+    trainer.fit()
+    (_, before), (_, after) = trainer.val_history[0], trainer.val_history[-1]
+    before, after = before["val/arithmetic/acc"], after["val/arithmetic/acc"]
+    assert after - before >= RAY_MIN_GAIN, f"held-out accuracy {before:.3f} -> {after:.3f}"
