@@ -124,3 +124,9 @@ def test_an_unconverted_pypi_model_needs_gguf_and_accelerate(capsys, tmp_path, m
 def test_a_missing_custom_reward_file_fails_strict(capsys, tmp_path):
     code, out = run_doctor(capsys, "--strict", f"reward.custom_function.path={tmp_path}/score.py")
     assert code == 1 and f"{tmp_path}/score.py does not exist" in out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
+def test_config_needing_sglang_fails_strict_wherever_it_is_missing(capsys):
+    code, out = run_doctor(capsys, "--strict", "rollout.name=sglang")
+    assert code == 1 and "needed but missing: SGLang" in out

@@ -69,6 +69,10 @@ def test_a_killed_worker_is_named_and_the_last_checkpoint_stays_valid(local_ray,
     root = tmp_path / "out" / "checkpoints"
     assert latest_checkpoint(root) == root / "global_step_1"
     assert resolve_resume("auto", root) == root / "global_step_1"
+    resumed = GRPOTrainer(load_config("grpo", overrides(fast_overrides, "trainer.total_steps=3", "trainer.save_freq=1",
+                                                        "trainer.resume=auto", *RAY_WORKERS)))
+    resumed.fit()  # a fresh group loads the checkpoint on every rank and finishes the run
+    assert resumed.global_step == 3 and latest_checkpoint(root) == root / "global_step_3"
 
 
 def test_workers_spread_over_a_two_node_cluster(fast_overrides, tmp_path):
