@@ -74,3 +74,29 @@ def test_tp_size_that_does_not_split_heads_evenly_names_the_setting():
 def test_world_size_not_divisible_by_tp_size_is_refused():
     with pytest.raises(ValueError, match=r"actor.tensor_parallel_size=3 .*divide the number of training processes \(4\)"):
         build_mesh(4, 3, "cpu")
+
+
+def test_grpo_step_with_actor_tensor_parallel_2_equals_one_process(fast_overrides, random_model_dir, tmp_path):
+    """actor.tensor_parallel_size=2 through the trainer: torchrun, 2 ranks in one dp group."""
+    from core.config import load_config
+    from recipes.grpo.trainer import GRPOTrainer
+
+    reward = tmp_path / "varied_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return (sum(map(ord, solution_str)) % 7) / 6  # varies, so the step has a real gradient\n")
+    common = [o for o in fast_overrides if not o.startswith(("trainer.output_dir", "trainer.total_steps"))] + [
+        "trainer.total_steps=1", "trainer.save_freq=1", f"reward.custom_function.path={reward}", "trainer.num_threads=1"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "core.cli", "train",
+         "--recipe", "grpo", *common, "actor.tensor_parallel_size=2", f"trainer.output_dir={tmp_path}/tp"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    GRPOTrainer(load_config("grpo", common + [f"trainer.output_dir={tmp_path}/one"])).fit()
+    got = torch.load(tmp_path / "tp/checkpoints/global_step_1/actor/model.pt", weights_only=True)
+    expected = torch.load(tmp_path / "one/checkpoints/global_step_1/actor/model.pt", weights_only=True)
+    assert got.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-5, msg=name)
+    optimizer = torch.load(tmp_path / "tp/checkpoints/global_step_1/actor/optimizer.pt", weights_only=True)
+    assert optimizer["state"], "the 2-D engine saved its AdamW state"

@@ -11,13 +11,38 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class World:
+    """This process's place: global rank/size, and its data-parallel coordinates. Without tensor
+    parallelism dp_rank/dp_size are rank/size; with it, the tp ranks of one dp group share data."""
+
     rank: int
     size: int
     device: torch.device
+    dp_rank: int = -1  # -1: same as rank
+    dp_size: int = -1
+    tp_rank: int = 0
+    mesh: object = None  # a 2-D ("dp", "tp") DeviceMesh under tensor parallelism
+    dp_group: object = None  # None: the default group
+
+    def __post_init__(self):
+        if self.dp_rank < 0:
+            object.__setattr__(self, "dp_rank", self.rank)
+            object.__setattr__(self, "dp_size", self.size)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def with_tensor_parallel(world: World, tensor_parallel_size: int) -> World:
+    """`world` split into a ("dp", "tp") mesh; the identity for tensor_parallel_size=1."""
+    if tensor_parallel_size == 1:
+        return world
+    from core.engine.tp import build_mesh
+
+    mesh = build_mesh(world.size, tensor_parallel_size, world.device.type)
+    return World(world.rank, world.size, world.device, dp_rank=mesh["dp"].get_local_rank(),
+                 dp_size=mesh["dp"].size(), tp_rank=mesh["tp"].get_local_rank(), mesh=mesh,
+                 dp_group=mesh["dp"].get_group())
 
 
 def init_distributed(device: str = "auto") -> World:
@@ -37,10 +62,10 @@ def init_distributed(device: str = "auto") -> World:
     return World(rank=dist.get_rank(), size=dist.get_world_size(), device=resolved)
 
 
-def all_reduce_sum(value: float | torch.Tensor, device: torch.device) -> float:
+def all_reduce_sum(value: float | torch.Tensor, device: torch.device, group=None) -> float:
     tensor = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
     return tensor.item()
 
 

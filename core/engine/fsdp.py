@@ -57,8 +57,15 @@ class FSDPEngine:
         # With offload the sharded parameters, gradients and optimizer state live in host memory and
         # FSDP2 moves each layer to the device for its forward/backward: slower, but it fits.
         offload = CPUOffloadPolicy(pin_memory=False) if cpu_offload and world.device.type == "cuda" else None
-        self.model = shard_model(model if offload else model.to(world.device),
-                                 _mp_policy(mixed_precision, world.device), offload)
+        model = model if offload else model.to(world.device)
+        if world.mesh is not None:  # tensor parallel inside each dp group, FSDP2 across them
+            from core.engine.tp import shard_model_2d
+
+            if offload is not None:
+                raise ValueError("actor.cpu_offload with actor.tensor_parallel_size > 1 is not supported")
+            self.model = shard_model_2d(model, world.mesh, _mp_policy(mixed_precision, world.device))
+        else:
+            self.model = shard_model(model, _mp_policy(mixed_precision, world.device), offload)
         self.optimizer, self.scheduler = None, None
         if optim is not None:
             self.optim = optim
@@ -134,8 +141,9 @@ class FSDPEngine:
         return all_reduce_mean(metrics, self.world.device)
 
     def _optimizer_step(self, mini: Batch, loss_fn: LossFn | ValueLossFn, temperature: float) -> dict[str, float]:
-        num_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.world.device)
-        num_seqs = all_reduce_sum(len(mini), self.world.device)
+        # Over data-parallel ranks only: the tp ranks of a group hold the same rows.
+        num_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.world.device, self.world.dp_group)
+        num_seqs = all_reduce_sum(len(mini), self.world.device, self.world.dp_group)
         micro_metrics = []
         for micro in mini.split(self.micro_batch_size):
             if self.head == "policy":
@@ -143,9 +151,9 @@ class FSDPEngine:
             else:
                 outputs = (self._forward_values(micro),)
             loss, metrics = loss_fn(*outputs, micro.to(self.world.device), num_tokens, num_seqs)
-            # FSDP averages gradients over ranks while `loss` is this rank's share of the global
-            # sum: scaling by the world size turns the average back into that sum.
-            (loss * self.world.size).backward()
+            # FSDP averages gradients over dp ranks while `loss` is this rank's share of the global
+            # sum: scaling by the dp size turns the average back into that sum.
+            (loss * self.world.dp_size).backward()
             micro_metrics.append(metrics)
         grad_norm = self._clip_grad_norm()
         if math.isfinite(grad_norm):
@@ -157,6 +165,10 @@ class FSDPEngine:
         return summary
 
     def _clip_grad_norm(self) -> float:
+        if self.world.mesh is not None:  # parameters on two meshes: the plain clip cannot stack them
+            from core.engine.tp import clip_grad_norm
+
+            return clip_grad_norm(self.model.parameters(), self.optim.grad_clip)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim.grad_clip)
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()

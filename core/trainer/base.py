@@ -172,8 +172,8 @@ class BaseTrainer:
         if validation:
             return SamplingParams(n=r.val_n, temperature=r.val_temperature, top_p=r.top_p, top_k=r.top_k,
                                   max_new_tokens=self.config.data.max_response_length)
-        # A distinct, reproducible seed per (run seed, data position, rank).
-        seed = self.config.trainer.seed * 1_000_003 + step * 97 + self.world.rank if r.seed_each_call else None
+        # A distinct, reproducible seed per (run seed, data position, dp rank): tp ranks sample alike.
+        seed = self.config.trainer.seed * 1_000_003 + step * 97 + self.world.dp_rank if r.seed_each_call else None
         return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                               max_new_tokens=self.config.data.max_response_length, seed=seed)
 
@@ -195,7 +195,7 @@ class BaseTrainer:
         metrics["perf/throughput"] /= getattr(self.actor_rollout, "num_workers", 1)
         metrics = all_reduce_mean(metrics, self.world.device)
         for key in SUMMED_OVER_RANKS:
-            metrics[key] *= self.world.size
+            metrics[key] *= self.world.dp_size  # tp ranks of a dp group count the same rows
         metrics.update(self.timings)
         metrics["training/epoch"] = batch.meta.get("epoch", 0)
         self.tracking.log_metrics(metrics, step=step)

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from core.data.dataset import PromptDataset
 from core.data.loader import PromptLoader
 from core.data.sources import resolve_data_files
-from core.engine.distributed import World, init_distributed
+from core.engine.distributed import World, init_distributed, with_tensor_parallel
 from core.models.loading import load_tokenizer, resolve_model_path
 from core.models.warmstart import default_cache_dir
 from core.tracking.tracker import Tracking, build_tracking
@@ -49,7 +49,11 @@ def build_components(config, with_reference: bool) -> Components:
     # Under Ray the driver only orchestrates: a 1-rank CPU group for its own bookkeeping; the
     # workers hold the devices.
     world = init_distributed("cpu" if ray_mode else trainer.device)
-    dp_size = trainer.nnodes * trainer.n_gpus_per_node if ray_mode else world.size
+    tp = config.actor.tensor_parallel_size
+    if ray_mode and tp > 1:
+        raise ValueError("actor.tensor_parallel_size > 1 runs under trainer.controller=local (torchrun) only")
+    world = with_tensor_parallel(world, tp)
+    dp_size = trainer.nnodes * trainer.n_gpus_per_node if ray_mode else world.dp_size
     check_batch_sizes(config, dp_size)
     resume_from = resolve_resume(trainer.resume, Path(trainer.checkpoint_dir))  # a bad path fails before loading
     seed_everything(trainer.seed)  # same on every rank: every rank must build identical weights
@@ -57,7 +61,7 @@ def build_components(config, with_reference: bool) -> Components:
     tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
     train_set, val_set = build_datasets(config.data, tokenizer)
     loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,
-                          shuffle=config.data.shuffle, rank=world.rank, world_size=world.size)
+                          shuffle=config.data.shuffle, rank=world.dp_rank, world_size=world.dp_size)
     if ray_mode:
         from core.trainer.ray_controller import RayWorkerGroup
 

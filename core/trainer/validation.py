@@ -17,14 +17,16 @@ def validate(generate, reward_manager, dataset, params: SamplingParams, world: W
              batch_size: int = 128) -> dict[str, float]:
     """`generate(prompts, params) -> Batch`; returns val/<data_source>/acc, /score (and pass@k for
     n > 1) and val/acc over all prompts."""
-    mine = [dataset[i] for i in range(world.rank, len(dataset), world.size)]
+    mine = [dataset[i] for i in range(world.dp_rank, len(dataset), world.dp_size)]
     results: list[PromptResult] = []
     for start in range(0, len(mine), batch_size):
         prompts = collate_prompts(mine[start:start + batch_size], dataset.pad_token_id)
         rollout = generate(prompts, params)
         _, info = reward_manager(rollout)
         results += group_by_prompt(list(rollout["data_source"]), info["acc"], info["score"], params.n)
-    gathered = [result for rank_results in all_gather_object(results) for result in rank_results]
+    # One copy per dp group: its tp ranks scored the same prompts.
+    gathered = [result for tp_rank, rank_results in all_gather_object((world.tp_rank, results)) if tp_rank == 0
+                for result in rank_results]
     return validation_metrics(summarize(gathered))
 
 

@@ -136,4 +136,4 @@ def _engine_max_len(model_path: str, data) -> int:
 
 def mini_batch_rows(config, world: World) -> int:
     """Sequences per mini-batch on one rank: actor.ppo_mini_batch_size prompts × rollout.n samples."""
-    return max(1, config.actor.ppo_mini_batch_size * config.rollout.n // world.size)
+    return max(1, config.actor.ppo_mini_batch_size * config.rollout.n // world.dp_size)
