@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -196,15 +197,18 @@ class FSDPEngine:
             state.update(optimizer=optim_state, scheduler=self.scheduler.state_dict())
         return state
 
-    def load_checkpoint_state(self, state: dict) -> None:
-        """Inverse of `checkpoint_state`: rank 0 passes the full state, others pass only
-        "scheduler" (it is tiny); rank 0 broadcasts weights and optimizer state to the shards."""
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    def load_checkpoint(self, directory) -> None:
+        """Inverse of `checkpoint_state`, on every rank: each reads the unsharded files (memory-mapped,
+        so ranks on one host share the page cache) and keeps its own shard. Collective."""
+        def load(name: str):
+            return torch.load(Path(directory) / f"{name}.pt", weights_only=True, mmap=True)
+
         optimizers = (self.optimizer,) if self.optimizer is not None else ()
-        set_state_dict(self.model, optimizers, model_state_dict=state.get("model", {}),
-                       optim_state_dict=state.get("optimizer", {}), options=options)
+        set_state_dict(self.model, optimizers, model_state_dict=load("model"),
+                       optim_state_dict=load("optimizer") if optimizers else {},
+                       options=StateDictOptions(full_state_dict=True))
         if self.scheduler is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
+            self.scheduler.load_state_dict(load("scheduler"))
 
 
 def shard_model(model: torch.nn.Module, mp_policy: MixedPrecisionPolicy | None,

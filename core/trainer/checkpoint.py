@@ -132,9 +132,7 @@ class CheckpointManager:
             raise CheckpointError(f"{path} was written by {state['world_size']} ranks, this run has "
                                   f"{self.world.size}; exact resume needs the same number of ranks")
         for role, engine in engines.items():
-            names = ENGINE_FILES if self.world.is_main else ("scheduler",)
-            engine.load_checkpoint_state({name: torch.load(path / role / f"{name}.pt", weights_only=True)
-                                          for name in names if (path / role / f"{name}.pt").is_file()})
+            engine.load_checkpoint(path / role)
         restore_rng_state(state["rng"][self.world.rank])
         return state
 

@@ -90,7 +90,7 @@ class RayWorkerGroup:
 
     # ---- the worker interface ---------------------------------------------------------------
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
-        parts = [part for part in _contiguous_parts(prompts, self.num_workers)]
+        parts = _contiguous_parts(prompts, self.num_workers)
         refs = [worker.call.remote("generate", part, _rank_seeded(params, rank))
                 for rank, (worker, part) in enumerate(zip(self.workers, parts)) if len(part)]
         return concat_rollouts(self._gather(refs), self.pad_token_id)
@@ -148,10 +148,10 @@ class RemoteEngine:
     def checkpoint_state(self) -> dict:
         return self.group._gather([w.engine_call.remote("checkpoint_state") for w in self.group.workers])[0]
 
-    def load_checkpoint_state(self, state: dict) -> None:
-        others = {"scheduler": state["scheduler"]} if "scheduler" in state else {}
-        self.group._gather([w.engine_call.remote("load_checkpoint_state", state if rank == 0 else others)
-                            for rank, w in enumerate(self.group.workers)])
+    def load_checkpoint(self, directory) -> None:
+        """Every worker reads the checkpoint itself: a multi-node cluster needs a shared filesystem,
+        as torchrun does."""
+        self.group._gather([w.engine_call.remote("load_checkpoint", str(directory)) for w in self.group.workers])
 
     def full_state_dict(self) -> dict:
         return self.group._gather([w.engine_call.remote("full_state_dict") for w in self.group.workers])[0]
