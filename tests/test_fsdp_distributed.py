@@ -1,36 +1,18 @@
 """2-rank FSDP2 (torchrun, gloo) gives the same update as 1 rank, for every loss aggregation mode."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from core.algos.aggregation import AGG_MODES
+from tests.helpers_dist import run_script
 
 SCRIPT = Path(__file__).parent / "dist" / "fsdp_update.py"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _run(nproc: int, out: Path, mode: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    if nproc == 1:
-        command = [sys.executable, str(SCRIPT), str(out), mode]
-    else:
-        # --standalone: a single-node rendezvous on a free port that torchrun picks itself.
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                   str(SCRIPT), str(out), mode]
-    # A launch can fail for reasons outside the code under test (a rendezvous port taken between
-    # torchrun picking it and binding it); such a launch is retried once. A weight mismatch is not.
-    failures = []
-    for _ in range(2):
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-        if result.returncode == 0:
-            return torch.load(out)
-        failures.append(result.stderr[-3000:])
-    raise AssertionError(f"{' '.join(command)} failed twice:\n" + "\n---\n".join(failures))
+    return run_script(SCRIPT, nproc, out, mode)
 
 
 @pytest.mark.parametrize("mode", AGG_MODES.names())

@@ -10,26 +10,14 @@ import pytest
 import torch
 
 from core.engine.tp import build_mesh, check_tensor_parallel_size, parallelize_decoder
+from tests.helpers_dist import REPO, run_script
 
 SCRIPT = Path(__file__).parent / "dist" / "tp_check.py"
-REPO = Path(__file__).resolve().parent.parent
 REL_TOL = 1e-5  # of the largest entry of each tensor: summation order differs across ranks
 
 
 def _run(nproc: int, out: Path, mode: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    # --standalone: a single-node rendezvous on a free port that torchrun picks itself.
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               str(SCRIPT), str(out), mode]
-    # A launch can fail for reasons outside the code under test (a rendezvous port taken between
-    # torchrun picking it and binding it); such a launch is retried once. A mismatch is not.
-    failures = []
-    for _ in range(2):
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-        if result.returncode == 0:
-            return torch.load(out)
-        failures.append(result.stderr[-3000:])
-    raise AssertionError(f"{' '.join(command)} failed twice:\n" + "\n---\n".join(failures))
+    return run_script(SCRIPT, nproc, out, mode)
 
 
 def test_tp2_logits_gradients_and_step_equal_one_process(tmp_path):
