@@ -212,11 +212,14 @@ class FSDPEngine:
 
 
 def shard_model(model: torch.nn.Module, mp_policy: MixedPrecisionPolicy | None,
-                offload: CPUOffloadPolicy | None = None) -> torch.nn.Module:
-    """FSDP2: shard each transformer block, then the root (embeddings, norm, head)."""
+                offload: CPUOffloadPolicy | None = None, mesh=None) -> torch.nn.Module:
+    """FSDP2: shard each transformer block, then the root (embeddings, norm, head), over `mesh`
+    (None: every rank; tensor parallel passes its "dp" sub-mesh)."""
     kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
     if offload is not None:
         kwargs["offload_policy"] = offload
+    if mesh is not None:
+        kwargs["mesh"] = mesh
     for layer in _decoder_layers(model):
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -25,7 +25,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from core.engine.fsdp import _decoder_layers
+from core.engine.fsdp import _decoder_layers, shard_model
 
 # Attributes some HF attention classes (older Llama/Qwen2 code) keep and use in
 # `view(bsz, q_len, self.num_heads, head_dim)`; transformers 5 uses `view(..., -1, head_dim)`.
@@ -109,13 +109,7 @@ def shard_model_2d(model: torch.nn.Module, mesh: DeviceMesh,
         raise ValueError(f"shard_model_2d needs a ('dp', 'tp') mesh from build_mesh, got {mesh.mesh_dim_names}")
     if mesh["tp"].size() > 1:
         parallelize_decoder(model, mesh["tp"])
-    kwargs = {"mesh": mesh["dp"]}
-    if mp_policy is not None:
-        kwargs["mp_policy"] = mp_policy
-    for layer in _decoder_layers(model):
-        fully_shard(layer, **kwargs)
-    fully_shard(model, **kwargs)
-    return model
+    return shard_model(model, mp_policy, mesh=mesh["dp"])
 
 
 def clip_grad_norm(parameters, max_norm: float) -> float:
