@@ -41,6 +41,8 @@ def make_actor_loss(actor_cfg, max_response_length: int):
             metrics["actor/kl_loss"] = report(kl_loss)
         return loss, metrics
 
+    # With no entropy bonus the engine skips the entropy's backward (it is still reported).
+    actor_loss.needs_entropy_grad = actor_cfg.entropy_coeff != 0
     return actor_loss
 
 

@@ -24,9 +24,11 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from core.algos.entropy import entropy_from_logits, log_probs_from_logits
 from core.data.batch import Batch
 from core.engine.distributed import World, all_reduce_mean, all_reduce_sum
+from core.engine.logprob_head import DEFAULT_CHUNK_TOKENS
+from core.engine.packing import register_varlen_attention, response_rows, token_budget_groups
+from core.engine.policy_model import PolicyLM
 from core.tracking.metrics import reduce_metrics
 
 # head="policy": loss_fn(log_probs, entropy, micro, num_tokens, num_seqs) -> (loss, metrics)
@@ -48,13 +50,20 @@ class OptimConfig:
 class FSDPEngine:
     def __init__(self, model: torch.nn.Module, world: World, *, optim: OptimConfig | None = None,
                  micro_batch_size: int = 8, mixed_precision: str = "auto",
-                 gradient_checkpointing: bool = False, head: str = "policy", cpu_offload: bool = False):
+                 gradient_checkpointing: bool = False, head: str = "policy", cpu_offload: bool = False,
+                 remove_padding: bool | str = "auto", micro_batch_tokens: int | None = None,
+                 logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
         if head not in HEADS:
             raise ValueError(f"FSDPEngine head={head!r}: expected one of {list(HEADS)}")
         self.world, self.head, self.prefix = world, head, HEADS[head]
-        self.micro_batch_size = micro_batch_size
+        self.micro_batch_size, self.micro_batch_tokens = micro_batch_size, micro_batch_tokens
+        self.remove_padding = _resolve_remove_padding(remove_padding, world.device) and head == "policy"
         if gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        if self.remove_padding:
+            model.set_attn_implementation(register_varlen_attention())
+        if head == "policy":
+            model = PolicyLM(model, logprob_chunk_tokens)
         # With offload the sharded parameters, gradients and optimizer state live in host memory and
         # FSDP2 moves each layer to the device for its forward/backward: slower, but it fits.
         offload = CPUOffloadPolicy(pin_memory=False) if cpu_offload and world.device.type == "cuda" else None
@@ -78,40 +87,40 @@ class FSDPEngine:
             self.model.requires_grad_(False)
 
     # ---- forward ------------------------------------------------------------------------------
-    def _response_logits(self, micro: Batch) -> torch.Tensor:
-        """(B, T_resp, V) model outputs at the positions that predict each response token."""
-        logits = self.model(
+    def _micro_batches(self, batch: Batch) -> list[list[int]]:
+        """Row groups: at most `micro_batch_tokens` real tokens each when set, else `micro_batch_size` rows."""
+        if self.micro_batch_tokens:
+            return token_budget_groups(batch["attention_mask"].sum(dim=1).numpy(), self.micro_batch_tokens)
+        return [list(range(i, min(i + self.micro_batch_size, len(batch))))
+                for i in range(0, len(batch), self.micro_batch_size)]
+
+    def _forward(self, micro: Batch, temperature: float, entropy_grad: bool = False):
+        """(B, T_resp) log-probs and entropy of `responses`, zero off the response tokens."""
+        rows = response_rows(micro, self.world.device, packed=self.remove_padding)
+        log_probs, entropy = self.model(rows.input_ids, rows.position_ids, rows.predict_index, rows.labels,
+                                        temperature=temperature, **rows.attention_kwargs())
+        return rows.scatter(log_probs), rows.scatter(entropy if entropy_grad else entropy.detach())
+
+    def _forward_values(self, micro: Batch) -> torch.Tensor:
+        """(B, T_resp) V(s_t): the value head's output at the position before each response token."""
+        values = self.model(
             input_ids=micro["input_ids"].to(self.world.device),
             attention_mask=micro["attention_mask"].to(self.world.device),
             position_ids=micro["position_ids"].to(self.world.device),
             use_cache=False,
         ).logits
-        # The output at position t predicts token t+1: the response's outputs start one earlier.
-        # For the value head that is V(s_t), the value of the state before token t is chosen.
-        return logits[:, -micro["responses"].shape[1] - 1 : -1]
-
-    def _forward(self, micro: Batch, temperature: float, with_entropy: bool):
-        responses = micro["responses"].to(self.world.device)
-        logits = self._response_logits(micro) / temperature  # (B, T_resp, V)
-        log_probs = log_probs_from_logits(logits, responses)
-        entropy = entropy_from_logits(logits) if with_entropy else None
-        return log_probs, entropy
-
-    def _forward_values(self, micro: Batch) -> torch.Tensor:
-        return self._response_logits(micro)[..., 0].float()  # (B, T_resp)
+        return values[:, -micro["responses"].shape[1] - 1 : -1, 0].float()
 
     @torch.no_grad()
     def compute_log_probs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
         """(B, T_resp) log-probs of `responses` (and entropy), in micro-batches, no grad."""
         self.model.eval()
-        log_probs, entropies = [], []
-        for micro in batch.split(self.micro_batch_size):
-            lp, ent = self._forward(micro, temperature, with_entropy)
-            log_probs.append(lp.float().cpu())
-            entropies.append(ent.float().cpu() if ent is not None else None)
         mask = batch["response_mask"]
-        log_probs = torch.cat(log_probs) * mask
-        return (log_probs, torch.cat(entropies) * mask) if with_entropy else log_probs
+        log_probs, entropy = torch.zeros(mask.shape), torch.zeros(mask.shape)
+        for rows in self._micro_batches(batch):
+            lp, ent = self._forward(batch.select(rows), temperature)
+            log_probs[rows], entropy[rows] = lp.cpu(), ent.cpu()
+        return (log_probs * mask, entropy * mask) if with_entropy else log_probs * mask
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
@@ -119,8 +128,10 @@ class FSDPEngine:
         if self.head != "value":
             raise RuntimeError(f"compute_values needs an engine built with head='value', not {self.head!r}")
         self.model.eval()
-        values = [self._forward_values(micro).cpu() for micro in batch.split(self.micro_batch_size)]
-        return torch.cat(values) * batch["response_mask"]
+        values = torch.zeros(batch["response_mask"].shape)
+        for rows in self._micro_batches(batch):
+            values[rows] = self._forward_values(batch.select(rows)).cpu()
+        return values * batch["response_mask"]
 
     # ---- update -------------------------------------------------------------------------------
     def update(self, batch: Batch, loss_fn: LossFn | ValueLossFn, *, mini_batch_size: int, epochs: int = 1,
@@ -146,9 +157,11 @@ class FSDPEngine:
         num_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.world.device, self.world.dp_group)
         num_seqs = all_reduce_sum(len(mini), self.world.device, self.world.dp_group)
         micro_metrics = []
-        for micro in mini.split(self.micro_batch_size):
+        entropy_grad = getattr(loss_fn, "needs_entropy_grad", True)
+        for rows in self._micro_batches(mini):
+            micro = mini.select(rows)
             if self.head == "policy":
-                outputs = self._forward(micro, temperature, with_entropy=True)  # (log_probs, entropy)
+                outputs = self._forward(micro, temperature, entropy_grad)  # (log_probs, entropy)
             else:
                 outputs = (self._forward_values(micro),)
             loss, metrics = loss_fn(*outputs, micro.to(self.world.device), num_tokens, num_seqs)
@@ -180,6 +193,14 @@ class FSDPEngine:
         """Unsharded CPU weights on every rank: what a rollout backend loads after an update."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=False)
         return {k: v.detach().cpu() for k, v in get_model_state_dict(self.model, options=options).items()}
+
+    def iter_full_weights(self, dtype: torch.dtype, device: torch.device):
+        """(HF name, unsharded tensor) one parameter at a time, gathered on `device` and cast to `dtype`:
+        what a colocated rollout engine loads, never a second copy of the model in memory.
+        Collective: every rank must consume it in full, in the same order."""
+        for name, param in self.model.named_parameters():
+            tensor = param.full_tensor() if hasattr(param, "full_tensor") else param
+            yield name, tensor.detach().to(device=device, dtype=dtype)
 
     def checkpoint_state(self) -> dict:
         """Unsharded model, optimizer and lr-schedule state on rank 0 ({} on the others).
@@ -232,6 +253,15 @@ def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     if layers is None:
         raise TypeError(f"{type(model).__name__}: expected a decoder with `.model.layers` (Qwen/Llama style)")
     return list(layers)
+
+
+def _resolve_remove_padding(value: bool | str, device: torch.device) -> bool:
+    """`auto`: pack on CUDA, where the flash varlen kernel runs; on CPU the fallback loops per sequence."""
+    if value == "auto":
+        return device.type == "cuda"
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"actor.remove_padding={value!r}: expected auto, true or false")
 
 
 def _mp_policy(mixed_precision: str, device: torch.device) -> MixedPrecisionPolicy | None:

@@ -27,14 +27,14 @@ class ActorRolloutRefWorker:
         actor = config.actor
         optim = OptimConfig(lr=actor.lr, betas=tuple(actor.betas), weight_decay=actor.weight_decay,
                             warmup_steps=actor.warmup_steps, grad_clip=actor.grad_clip)
+        batching = dict(micro_batch_size=actor.micro_batch_size, micro_batch_tokens=actor.micro_batch_tokens,
+                        remove_padding=actor.remove_padding, logprob_chunk_tokens=actor.logprob_chunk_tokens,
+                        mixed_precision=actor.mixed_precision)
         self.actor = FSDPEngine(self._load(model_path), world, optim=optim, cpu_offload=actor.cpu_offload,
-                                micro_batch_size=actor.micro_batch_size,
-                                mixed_precision=actor.mixed_precision,
-                                gradient_checkpointing=actor.gradient_checkpointing)
+                                gradient_checkpointing=actor.gradient_checkpointing, **batching)
         self.ref = None
         if with_reference:
-            self.ref = FSDPEngine(self._load(model_path), world, micro_batch_size=actor.micro_batch_size,
-                                  mixed_precision=actor.mixed_precision)
+            self.ref = FSDPEngine(self._load(model_path), world, **batching)
         self.rollout = build_rollout(config, model_path, tokenizer, lambda: self._load(model_path).to(world.device))
         self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
 
@@ -62,7 +62,11 @@ class ActorRolloutRefWorker:
                                  temperature=self.config.rollout.temperature or 1.0)
 
     def sync_weights(self) -> None:
-        self.rollout.load_weights(self.actor.full_state_dict())
+        if self.config.rollout.name == "vllm" and self.world.device.type == "cuda":
+            # Device to device, one bf16 tensor at a time: no host round trip, no second model copy.
+            self.rollout.load_weights(self.actor.iter_full_weights(torch.bfloat16, self.world.device))
+        else:
+            self.rollout.load_weights(self.actor.full_state_dict())
 
 
 class CriticWorker:

@@ -1,0 +1,84 @@
+"""Log-probs and entropy of the labels straight from hidden states and the lm-head weight, in chunks
+of tokens, without keeping (tokens × vocab) logits.
+
+A naive policy update materialises fp32 logits for every token of the micro-batch (16 × 512 tokens ×
+152k vocab × 4 B = 5 GB for Qwen3) and keeps them, plus their softmax, for the backward. Here the
+forward keeps only the per-token logsumexp and entropy; the backward recomputes one chunk of logits
+at a time and forms d(loss)/d(logits) in closed form, so the peak is one chunk's fp32 logits.
+
+For z = h·Wᵀ/τ, p = softmax(z), lse = logsumexp(z), H = lse − Σ p·z:
+    d log p_y / dz = onehot(y) − p
+    dH / dz       = −p ⊙ (log p + H)          with log p = z − lse
+"""
+
+from __future__ import annotations
+
+import torch
+
+DEFAULT_CHUNK_TOKENS = 2048  # 2048 × 152k vocab × 4 B ≈ 1.2 GB of fp32 logits at a time
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(n, V) fp32 logits of one chunk; the matmul runs in the hidden states' dtype (bf16 on GPU)."""
+    logits = (hidden @ weight.to(hidden.dtype).t()).float()
+    return logits / temperature if temperature != 1.0 else logits
+
+
+class _LogProbEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, temperature, chunk_tokens):
+        log_probs = hidden.new_empty(labels.shape, dtype=torch.float32)
+        entropy, lse = torch.empty_like(log_probs), torch.empty_like(log_probs)
+        for start in range(0, labels.shape[0], chunk_tokens):
+            part = slice(start, start + chunk_tokens)
+            logits = _chunk_logits(hidden[part], weight, temperature)  # (n, V) fp32
+            chunk_lse = torch.logsumexp(logits, dim=-1)
+            lse[part] = chunk_lse
+            full_log_probs = logits.sub_(chunk_lse[:, None])  # in place: one (n, V) buffer, not two
+            log_probs[part] = full_log_probs.gather(-1, labels[part, None]).squeeze(-1)
+            # −Σ p·log p rather than lse − Σ p·z: no cancellation of two large terms when |z| is large.
+            entropy[part] = -(full_log_probs.exp() * full_log_probs).sum(-1)
+        ctx.save_for_backward(hidden, weight, labels, lse, entropy)
+        ctx.set_materialize_grads(False)  # an output the loss ignores costs no backward work
+        ctx.temperature, ctx.chunk_tokens = temperature, chunk_tokens
+        return log_probs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_log_probs, grad_entropy):
+        hidden, weight, labels, lse, entropy = ctx.saved_tensors
+        grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
+            if ctx.needs_input_grad[1] else None
+        for start in range(0, labels.shape[0], ctx.chunk_tokens):
+            part = slice(start, start + ctx.chunk_tokens)
+            full_log_probs = _chunk_logits(hidden[part], weight, ctx.temperature).sub_(lse[part, None])  # (n, V)
+            probs = full_log_probs.exp()
+            grad_logits = torch.zeros_like(probs)
+            if grad_log_probs is not None:
+                g = grad_log_probs[part, None]
+                grad_logits -= probs * g
+                grad_logits.scatter_add_(-1, labels[part, None], g)
+            if grad_entropy is not None:
+                grad_logits -= probs * (full_log_probs + entropy[part, None]) * grad_entropy[part, None]
+            grad_logits = (grad_logits / ctx.temperature).to(hidden.dtype)
+            if grad_hidden is not None:
+                grad_hidden[part] = grad_logits @ weight.to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight += (grad_logits.t() @ hidden[part]).float()
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None
+
+
+def log_probs_and_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                          temperature: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
+    """(n,) fp32 log p(labels) and entropy under softmax(hidden·weightᵀ / temperature).
+
+    hidden (n, D), weight (V, D) (the lm-head), labels (n,). Differentiable in hidden and weight
+    through both outputs; memory beyond the inputs is one chunk of (chunk_tokens, V) fp32 logits.
+    """
+    if hidden.dim() != 2 or labels.shape != hidden.shape[:1]:
+        raise ValueError(f"expected hidden (n, D) and labels (n,), got {tuple(hidden.shape)} and {tuple(labels.shape)}")
+    if chunk_tokens < 1:
+        raise ValueError(f"actor.logprob_chunk_tokens={chunk_tokens}: must be >= 1")
+    return _LogProbEntropy.apply(hidden, weight, labels, float(temperature), int(chunk_tokens))
