@@ -69,3 +69,39 @@ def test_grpo_rejects_groups_of_one(fast_overrides):
     trainer = GRPOTrainer(load_config("grpo", fast_overrides + ["rollout.n=1", "actor.ppo_mini_batch_size=4"]))
     with pytest.raises(ValueError, match="rollout.n >= 2"):
         trainer.fit()
+
+
+def _one_update_run(overrides):
+    trainer = GRPOTrainer(load_config("grpo", overrides))
+    seen = {}
+    original = trainer.update_policy
+
+    def spy(batch):
+        seen["batch"] = batch
+        seen["metrics"] = original(batch)
+        return seen["metrics"]
+
+    trainer.update_policy = spy
+    trainer.fit()
+    return trainer, seen
+
+
+def test_a_single_update_step_skips_the_old_policy_forward_and_trains_the_same(fast_overrides):
+    # train_batch_size 4 = ppo_mini_batch_size 4: one optimizer step per rollout, so π_old is the
+    # update's own forward; recomputing it first must give the very same update.
+    single = fast_overrides + ["actor.ppo_mini_batch_size=4"]
+    skipped, seen_skip = _one_update_run(single)
+    recomputed, seen_full = _one_update_run(single + ["actor.recompute_old_log_probs=always"])
+    assert "old_log_probs" not in seen_skip["batch"] and "old_log_probs" in seen_full["batch"]
+    assert "ref_log_probs" in seen_skip["batch"], "GRPO's KL loss still needs the reference"
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+        assert seen_skip["metrics"][key] == pytest.approx(seen_full["metrics"][key], rel=1e-5, abs=1e-7), key
+    # Two optimizer steps per rollout (the fixture's default) keep the recomputation.
+    _, seen_two = _one_update_run(fast_overrides)
+    assert "old_log_probs" in seen_two["batch"]
+
+
+def test_recompute_old_log_probs_rejects_unknown_values(fast_overrides):
+    trainer = GRPOTrainer(load_config("grpo", fast_overrides + ["actor.recompute_old_log_probs=never"]))
+    with pytest.raises(ValueError, match="actor.recompute_old_log_probs"):
+        trainer.fit()

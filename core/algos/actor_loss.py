@@ -19,8 +19,11 @@ def make_actor_loss(actor_cfg, max_response_length: int):
     def actor_loss(log_probs, entropy, micro, num_tokens, num_seqs):
         mask = micro["response_mask"]
         normalisers = dict(num_tokens=num_tokens, num_seqs=num_seqs, **agg)
+        # No old_log_probs: the trainer skipped that forward because this update is the only one on
+        # this batch, so π_old is the current forward itself (ratio 1, gradient of the ratio intact).
+        old_log_probs = micro["old_log_probs"] if "old_log_probs" in micro else log_probs.detach()
         pg_loss, pg_metrics = policy_loss(
-            log_probs, micro["old_log_probs"], micro["advantages"], mask,
+            log_probs, old_log_probs, micro["advantages"], mask,
             clip_ratio_low=actor_cfg.clip_ratio_low, clip_ratio_high=actor_cfg.clip_ratio_high,
             clip_ratio_c=actor_cfg.clip_ratio_c, **normalisers,
         )

@@ -95,14 +95,29 @@ class BaseTrainer:
         return batch
 
     def compute_log_probs(self, batch: Batch) -> Batch:
-        batch = batch.union(self.actor_rollout.compute_log_probs(batch), stage="old_log_prob")
-        self.step_metrics.update(logprob_diff_metrics(batch))
+        if self.old_log_probs_from_update(batch):
+            if self.uses_reference:
+                batch = batch.union(self.actor_rollout.compute_ref_log_probs(batch), stage="old_log_prob")
+        else:
+            batch = batch.union(self.actor_rollout.compute_log_probs(batch), stage="old_log_prob")
+            self.step_metrics.update(logprob_diff_metrics(batch))
         rewards = batch["token_level_scores"]
         if self.config.algorithm.use_kl_in_reward:
             kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], self.config.algorithm.kl_penalty)
             rewards = rewards - self.config.algorithm.kl_coef * kl * batch["response_mask"]
         batch.tensors["token_level_rewards"] = rewards
         return batch
+
+    def old_log_probs_from_update(self, batch: Batch) -> bool:
+        """Skip the old-policy forward when the step is one optimizer step over this batch: the update's
+        first forward runs on the very weights that generated it, so π_old is its output, detached.
+        Not with KL in the reward, which needs π_old before the update (`actor.recompute_old_log_probs`)."""
+        actor = self.config.actor
+        if actor.recompute_old_log_probs not in ("auto", "always"):
+            raise ValueError(f"actor.recompute_old_log_probs={actor.recompute_old_log_probs!r}: expected auto or always")
+        one_step = actor.ppo_epochs == 1 and len(batch) <= actor.ppo_mini_batch_size * self.config.rollout.n
+        return (actor.recompute_old_log_probs == "auto" and one_step
+                and not self.config.algorithm.use_kl_in_reward)
 
     def compute_values(self, batch: Batch) -> Batch:
         return batch  # critic-free algorithms; PPO overrides

@@ -98,6 +98,9 @@ class RayWorkerGroup:
     def compute_log_probs(self, batch: Batch) -> Batch:
         return Batch.concat(self._run_split("compute_log_probs", batch))
 
+    def compute_ref_log_probs(self, batch: Batch) -> Batch:
+        return Batch.concat(self._run_split("compute_ref_log_probs", batch))
+
     def update_policy(self, batch: Batch) -> dict[str, float]:
         return self._run_split("update_policy", batch)[0]  # already averaged over ranks inside the group
 

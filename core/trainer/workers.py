@@ -56,6 +56,10 @@ class ActorRolloutRefWorker:
             tensors["ref_log_probs"] = self.ref.compute_log_probs(batch, temperature)
         return Batch(tensors)
 
+    def compute_ref_log_probs(self, batch: Batch) -> Batch:
+        """The reference's log-probs alone, when the update supplies π_old itself."""
+        return Batch({"ref_log_probs": self.ref.compute_log_probs(batch, self.config.rollout.temperature or 1.0)})
+
     def update_policy(self, batch: Batch) -> dict[str, float]:
         return self.actor.update(batch, self.actor_loss, mini_batch_size=mini_batch_rows(self.config, self.world),
                                  epochs=self.config.actor.ppo_epochs,
