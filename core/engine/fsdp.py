@@ -52,7 +52,7 @@ class FSDPEngine:
                  micro_batch_size: int = 8, mixed_precision: str = "auto",
                  gradient_checkpointing: bool = False, head: str = "policy", cpu_offload: bool = False,
                  remove_padding: bool | str = "auto", micro_batch_tokens: int | None = None,
-                 logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
+                 logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS, compile_layers: bool = False):
         if head not in HEADS:
             raise ValueError(f"FSDPEngine head={head!r}: expected one of {list(HEADS)}")
         self.world, self.head, self.prefix = world, head, HEADS[head]
@@ -64,6 +64,9 @@ class FSDPEngine:
             model.set_attn_implementation(register_varlen_attention())
         if head == "policy":
             model = PolicyLM(model, logprob_chunk_tokens)
+        if compile_layers:  # fuses each block's norms, rotary and activations; packed lengths vary, hence dynamic
+            for layer in _decoder_layers(model):
+                layer.compile(dynamic=True)
         # With offload the sharded parameters, gradients and optimizer state live in host memory and
         # FSDP2 moves each layer to the device for its forward/backward: slower, but it fits.
         offload = CPUOffloadPolicy(pin_memory=False) if cpu_offload and world.device.type == "cuda" else None

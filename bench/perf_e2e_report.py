@@ -1,0 +1,85 @@
+"""The end-to-end section of results/perf/README.md: our GRPO step vs TRL's, from e2e_ours.json (written by
+bench/grpo_vllm_gpu.py) and e2e_trl.json (bench/trl_grpo_gpu.py), both from `bench/perf_e2e_suite.sh`."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+SPEEDUP_TARGET = 1.5
+# Our stage -> the row it lands in; TRL's phases are mapped onto the same rows by trl_grpo_gpu.py.
+ROWS = ("gen", "reward", "old_log_prob", "update_actor", "sync_weights")
+
+
+def _ours(report: dict) -> dict:
+    kept = report["steps"][1:] or report["steps"]  # the first step is warm-up (graph capture, allocator)
+    med = {key: statistics.median(s.get(f"timing_s/{key}", 0.0) for s in kept) for key in ROWS + ("step",)}
+    tokens_per_s = statistics.median(s["perf/throughput"] for s in kept)
+    return {"step": med["step"], "rows": {k: med[k] for k in ROWS}, "tokens_per_s_per_gpu": tokens_per_s,
+            "steps": len(kept), "device": report["device"], "command": report["command"]}
+
+
+def _trl(report: dict) -> dict:
+    summary, breakdown = report["summary"], report["summary"]["median_breakdown_s"]
+    rows = {"gen": breakdown["gen"], "reward": breakdown["reward"],
+            "old_log_prob": breakdown["old_log_prob_and_rest"], "update_actor": breakdown["update_actor"],
+            "sync_weights": breakdown["sync_weights"]}
+    return {"step": summary["median_step_s"], "rows": rows, "tokens_per_s_per_gpu": summary["tokens_per_s_per_gpu"],
+            "steps": len(summary["steps_summarized"]), "device": report.get("device", "?"),
+            "command": report.get("command", "?"), "versions": report.get("versions", {})}
+
+
+def load_pair(directory: Path) -> tuple[dict, dict] | None:
+    ours, trl = directory / "e2e_ours.json", directory / "e2e_trl.json"
+    if not (ours.exists() and trl.exists()):
+        return None
+    return _ours(json.loads(ours.read_text())), _trl(json.loads(trl.read_text()))
+
+
+def e2e_section(directory: Path) -> list[str]:
+    pair = load_pair(directory)
+    if pair is None:
+        return []
+    ours, trl = pair
+    speedup = trl["step"] / ours["step"]
+    verdict = "met" if speedup >= SPEEDUP_TARGET else f"missed by {SPEEDUP_TARGET - speedup:.2f}×"
+    lines = ["## End to end: one GRPO step, ours vs TRL GRPOTrainer (vLLM colocate)", "",
+             f"Same GPU and device call ({ours['device']}), same work per step; medians over {ours['steps']} and "
+             f"{trl['steps']} steps after a warm-up step. Speed-up = TRL step time / ours: **{speedup:.2f}×** "
+             f"(target ≥ {SPEEDUP_TARGET}×: {verdict}).", "",
+             "| stage (s) | ours | TRL | TRL − ours |", "|---|---|---|---|"]
+    for row in ROWS:
+        lines.append(f"| {row} | {ours['rows'][row]:.2f} | {trl['rows'][row]:.2f} | "
+                     f"{trl['rows'][row] - ours['rows'][row]:+.2f} |")
+    lines += [f"| **step** | **{ours['step']:.2f}** | **{trl['step']:.2f}** | {trl['step'] - ours['step']:+.2f} |",
+              f"| tokens/s/GPU | {ours['tokens_per_s_per_gpu']:,.0f} | {trl['tokens_per_s_per_gpu']:,.0f} | |", "",
+              "TRL's rows come from its own profiling contexts: `old_log_prob` is the rest of `_prepare_inputs` "
+              "(its no-grad log-prob pass plus padding and advantages), `update_actor` the rest of the step.", "",
+              f"- ours: `{ours['command']}`", f"- TRL: `{trl['command']}`", ""]
+    return lines
+
+
+def write_e2e_plot(directory: Path) -> list[str]:
+    pair = load_pair(directory)
+    if pair is None:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 2.8))
+    for y, run in enumerate((pair[1], pair[0])):
+        left = 0.0
+        for row in ROWS:
+            width = max(run["rows"][row], 0.0)
+            ax.barh(y, width, left=left, label=row if y == 0 else None, color=f"C{ROWS.index(row)}")
+            left += width
+    ax.set_yticks([0, 1], ["TRL", "ours"])
+    ax.set_xlabel("seconds per GRPO step")
+    ax.legend(ncol=3, fontsize=8, loc="lower right")
+    ax.set_title("End-to-end GRPO step breakdown, one GPU")
+    fig.tight_layout()
+    fig.savefig(directory / "e2e_breakdown.png", dpi=120)
+    return ["e2e_breakdown.png"]
