@@ -18,26 +18,50 @@ import torch
 DEFAULT_CHUNK_TOKENS = 2048  # 2048 × 152k vocab × 4 B ≈ 1.2 GB of fp32 logits at a time
 
 
-def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
-    """(n, V) fp32 logits of one chunk; the matmul runs in the hidden states' dtype (bf16 on GPU)."""
-    logits = (hidden @ weight.to(hidden.dtype).t()).float()
-    return logits / temperature if temperature != 1.0 else logits
+def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float):
+    """logsumexp, log p(label) and entropy of each row of (n, V) logits, in fp32."""
+    z = logits.float() / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    full_log_probs = z - lse[:, None]
+    # −Σ p·log p rather than lse − Σ p·z: no cancellation of two large terms when |z| is large.
+    entropy = -(full_log_probs.exp() * full_log_probs).sum(-1)
+    return lse, full_log_probs.gather(-1, labels[:, None]).squeeze(-1), entropy
+
+
+def _chunk_grad(logits, labels, lse, entropy, grad_log_probs, grad_entropy, temperature: float):
+    """d(loss)/d(logits) of one chunk, in the logits' dtype, from the closed forms above."""
+    full_log_probs = logits.float() / temperature - lse[:, None]
+    probs = full_log_probs.exp()
+    onehot = torch.arange(logits.shape[-1], device=logits.device)[None, :] == labels[:, None]
+    grad = grad_log_probs[:, None] * (onehot.float() - probs)
+    grad = grad - grad_entropy[:, None] * probs * (full_log_probs + entropy[:, None])
+    return (grad / temperature).to(logits.dtype)
+
+
+_COMPILED: dict = {}
+
+
+def _kernels(device: torch.device):
+    """On CUDA the two elementwise passes are compiled into a few fused kernels that read the bf16 logits
+    once, instead of a dozen full (n, V) fp32 passes; elsewhere they run as written."""
+    if device.type != "cuda":
+        return _chunk_stats, _chunk_grad
+    if not _COMPILED:
+        _COMPILED["stats"] = torch.compile(_chunk_stats, dynamic=True)
+        _COMPILED["grad"] = torch.compile(_chunk_grad, dynamic=True)
+    return _COMPILED["stats"], _COMPILED["grad"]
 
 
 class _LogProbEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, temperature, chunk_tokens):
+        stats, _ = _kernels(hidden.device)
+        weight_c = weight.to(hidden.dtype)  # the matmul runs in the hidden states' dtype (bf16 on GPU)
         log_probs = hidden.new_empty(labels.shape, dtype=torch.float32)
         entropy, lse = torch.empty_like(log_probs), torch.empty_like(log_probs)
         for start in range(0, labels.shape[0], chunk_tokens):
             part = slice(start, start + chunk_tokens)
-            logits = _chunk_logits(hidden[part], weight, temperature)  # (n, V) fp32
-            chunk_lse = torch.logsumexp(logits, dim=-1)
-            lse[part] = chunk_lse
-            full_log_probs = logits.sub_(chunk_lse[:, None])  # in place: one (n, V) buffer, not two
-            log_probs[part] = full_log_probs.gather(-1, labels[part, None]).squeeze(-1)
-            # −Σ p·log p rather than lse − Σ p·z: no cancellation of two large terms when |z| is large.
-            entropy[part] = -(full_log_probs.exp() * full_log_probs).sum(-1)
+            lse[part], log_probs[part], entropy[part] = stats(hidden[part] @ weight_c.t(), labels[part], temperature)
         ctx.save_for_backward(hidden, weight, labels, lse, entropy)
         ctx.set_materialize_grads(False)  # an output the loss ignores costs no backward work
         ctx.temperature, ctx.chunk_tokens = temperature, chunk_tokens
@@ -46,23 +70,20 @@ class _LogProbEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
         hidden, weight, labels, lse, entropy = ctx.saved_tensors
-        grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
+        _, grad_fn = _kernels(hidden.device)
+        weight_c = weight.to(hidden.dtype)
+        zeros = torch.zeros_like(lse)
+        grad_log_probs = zeros if grad_log_probs is None else grad_log_probs
+        grad_entropy = zeros if grad_entropy is None else grad_entropy
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
             if ctx.needs_input_grad[1] else None
         for start in range(0, labels.shape[0], ctx.chunk_tokens):
             part = slice(start, start + ctx.chunk_tokens)
-            full_log_probs = _chunk_logits(hidden[part], weight, ctx.temperature).sub_(lse[part, None])  # (n, V)
-            probs = full_log_probs.exp()
-            grad_logits = torch.zeros_like(probs)
-            if grad_log_probs is not None:
-                g = grad_log_probs[part, None]
-                grad_logits -= probs * g
-                grad_logits.scatter_add_(-1, labels[part, None], g)
-            if grad_entropy is not None:
-                grad_logits -= probs * (full_log_probs + entropy[part, None]) * grad_entropy[part, None]
-            grad_logits = (grad_logits / ctx.temperature).to(hidden.dtype)
+            grad_logits = grad_fn(hidden[part] @ weight_c.t(), labels[part], lse[part], entropy[part],
+                                  grad_log_probs[part], grad_entropy[part], ctx.temperature)  # (n, V)
             if grad_hidden is not None:
-                grad_hidden[part] = grad_logits @ weight.to(hidden.dtype)
+                grad_hidden[part] = grad_logits @ weight_c
             if grad_weight is not None:
                 grad_weight += (grad_logits.t() @ hidden[part]).float()
         if grad_weight is not None:
