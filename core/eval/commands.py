@@ -31,6 +31,8 @@ def add_parser(commands) -> None:
     evaluate.add_argument("--mlflow-uri", default=None, help="tracking URI (default: sqlite:///<cwd>/mlflow.db)")
     evaluate.add_argument("--experiment", default="recipezoo-eval")
     evaluate.add_argument("--run-name", default=None)
+    evaluate.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                          help="an MLflow tag of the eval run (repeatable), e.g. to group runs for a leaderboard")
     evaluate.add_argument("--no-mlflow", action="store_true", help="write the json only")
     evaluate.set_defaults(handler=_eval_command)
 
@@ -83,6 +85,7 @@ def _eval_command(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     try:
+        parse_tags(args.tag)  # a malformed --tag fails before any work
         responses = args.responses
         if not responses:
             responses = [str(generate_responses(_spec(args), out.with_name(out.stem + "_responses.parquet")))]
@@ -121,9 +124,21 @@ def _log_to_mlflow(args: argparse.Namespace, report: dict, out: Path) -> None:
     protocol = report["protocol"]
     config = {"generation": protocol["generation"], "grader": protocol["grader"], "files": report["files"]}
     run_name = args.run_name or f"eval-{Path(report['files'][0]).stem}"
-    with MLflowTracker(args.mlflow_uri, args.experiment, run_name, config, seed=args.seed) as tracker:
+    with MLflowTracker(args.mlflow_uri, args.experiment, run_name, config, seed=args.seed,
+                       tags=parse_tags(args.tag)) as tracker:
         metrics = {f"eval/{source}/{key}": value for source, figures in report["results"].items()
                    for key, value in figures.items()}
         tracker.log_metrics({**metrics, "eval/reward_errors": report["reward_errors"]}, step=0)
         tracker.log_artifact(out)
         print(f"mlflow run {tracker.run_id}; view with: {tracker.ui_hint()}", flush=True)
+
+
+def parse_tags(pairs: list[str]) -> dict[str, str]:
+    """`["stage=after", "recipe=grpo"]` -> {"stage": "after", "recipe": "grpo"}."""
+    tags = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--tag {pair!r}: expected KEY=VALUE")
+        tags[key] = value
+    return tags

@@ -38,19 +38,26 @@ class GenerationSpec:
     device: str = "auto"
 
 
-def generate_responses(spec: GenerationSpec, out: str | Path) -> Path:
-    """Generate for every prompt of `spec.data` (up to max_samples) and write `out` (.parquet/.jsonl)."""
+def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, tokenizer=None) -> Path:
+    """Generate for every prompt of `spec.data` (up to max_samples) and write `out` (.parquet/.jsonl).
+
+    `rollout` and its `tokenizer`: a backend built elsewhere, e.g. a trainer's engine holding the
+    policy it trained; `spec.model` then only names that policy in the written settings.
+    """
     from core.trainer.workers import build_rollout  # the trainer's backend factory, also for vllm later
 
-    device = torch.device("cuda" if spec.device == "auto" and torch.cuda.is_available()
-                          else ("cpu" if spec.device == "auto" else spec.device))
-    model_path = resolve_model_path(spec.model)
-    tokenizer = load_tokenizer(model_path, spec.gguf_file)
+    if (rollout is None) != (tokenizer is None):
+        raise ValueError("generate_responses: pass both rollout and tokenizer, or neither")
+    if rollout is None:
+        device = torch.device("cuda" if spec.device == "auto" and torch.cuda.is_available()
+                              else ("cpu" if spec.device == "auto" else spec.device))
+        model_path = resolve_model_path(spec.model)
+        tokenizer = load_tokenizer(model_path, spec.gguf_file)
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        model = load_causal_lm(model_path, spec.gguf_file, dtype=dtype).to(device) if spec.rollout == "hf" else None
+        rollout = build_rollout(_rollout_config(spec), model_path, tokenizer, lambda: model)
     dataset = PromptDataset(list(spec.data), tokenizer, max_prompt_length=spec.max_prompt_length)
     items = dataset.items[: spec.max_samples] if spec.max_samples else dataset.items
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = load_causal_lm(model_path, spec.gguf_file, dtype=dtype).to(device) if spec.rollout == "hf" else None
-    rollout = build_rollout(_rollout_config(spec), model_path, tokenizer, lambda: model)
     source_rows = [row for path in spec.data for row in read_rows(path)]
     settings = {key: value for key, value in asdict(spec).items() if key not in ("data", "batch_size", "device")}
     settings["model"] = str(spec.model)

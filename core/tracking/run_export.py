@@ -6,6 +6,10 @@ tag, its identity (recipe, model, seed), size (steps, wall time, generated token
 evaluation-protocol params, the final `val/*` metrics and short histories. Committed next to
 the table, it lets anyone regenerate the table without the store:
 `recipezoo leaderboard --from-export results/runs.json`.
+
+`recipezoo eval` runs tagged `eval_stage=before|after` (a model evaluated before RL, and each
+trained policy after) go to the export's `evals` list, which the leaderboard's before -> after
+section reads; an export without such runs has no `evals` key.
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ EXPORTED_PARAMS = (
     "trainer.seed",
     "trainer.total_steps",
 )
+# Tags of `recipezoo eval --tag ...` runs that the before -> after section groups by.
+EVAL_STAGE_TAG = "eval_stage"        # before | after
+EVAL_STAGES = ("before", "after")
+EVAL_MODEL_TAG = "eval_model"        # the pretrained model evaluated (before) or trained from (after)
+EVAL_RECIPE_TAG = "eval_recipe"      # after: the recipe that trained the policy
+EVAL_TRAIN_RUN_TAG = "eval_train_run"  # after: the MLflow run id of that training run
 TRAIN_REWARD_KEY = "critic/score/mean"
 GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step, logged every step
 
@@ -56,22 +66,62 @@ def export_runs(tracking_uri: str, experiment: str) -> dict:
             f"no MLflow experiment {experiment!r} at {tracking_uri}; it has {names}. "
             "Pass --experiment NAME (the recipes' tracking.experiment) or --uri of the right store"
         )
-    runs, page_token = [], None
+    runs, evals, page_token = [], [], None
     while True:
         page = client.search_runs([found.experiment_id], filter_string="attributes.status = 'FINISHED'",
                                   max_results=1000, page_token=page_token)
         runs.extend(run for run in page if run.data.tags.get("recipe"))
+        evals.extend(run for run in page if run.data.tags.get(EVAL_STAGE_TAG) and not run.data.tags.get("recipe"))
         page_token = page.token
         if not page_token:
             break
     exported = [_export_run(client, run) for run in runs]
-    return {"schema": EXPORT_SCHEMA, "experiment": experiment, "runs": _sorted_runs(exported)}
+    return _with_evals({"schema": EXPORT_SCHEMA, "experiment": experiment, "runs": _sorted_runs(exported)},
+                       [_export_eval(run) for run in evals])
 
 
 def export_stores(tracking_uris: list[str], experiment: str) -> dict:
     """One export of `experiment` over several stores (e.g. runs made on different machines)."""
-    runs = [run for uri in tracking_uris for run in export_runs(uri, experiment)["runs"]]
-    return {"schema": EXPORT_SCHEMA, "experiment": experiment, "runs": _sorted_runs(runs)}
+    exports = [export_runs(uri, experiment) for uri in tracking_uris]
+    runs = [run for export in exports for run in export["runs"]]
+    evals = [entry for export in exports for entry in export.get("evals", [])]
+    return _with_evals({"schema": EXPORT_SCHEMA, "experiment": experiment, "runs": _sorted_runs(runs)}, evals)
+
+
+def _with_evals(export: dict, evals: list[dict]) -> dict:
+    """Add the `evals` list only when there are eval runs, so an export without them is unchanged."""
+    if evals:
+        export["evals"] = sorted(evals, key=lambda e: (EVAL_STAGES.index(e["stage"]) if e["stage"] in EVAL_STAGES
+                                                       else len(EVAL_STAGES), e["recipe"] or "", e["model"] or "",
+                                                       e["run_name"] or "", e["run_id"]))
+    return export
+
+
+def _export_eval(run) -> dict:
+    """A `recipezoo eval` run: who was evaluated (tags), how (its generation and grader params), and
+    the figures per data source (`eval/<source>/mean@n`, `pass@k`, ... as MLflow stored them)."""
+    info, params, tags, metrics = run.info, run.data.params, run.data.tags, run.data.metrics
+    results: dict[str, dict[str, float]] = {}
+    for key, value in sorted(metrics.items()):
+        head, _, name = key.rpartition("/")
+        if not head.startswith("eval/"):
+            continue  # eval/reward_errors
+        results.setdefault(head[len("eval/"):], {})[name.replace("_at_", "@")] = float(value)
+    protocol = {key: value for key, value in sorted(params.items())
+                if key.startswith(("generation.", "grader.")) and key not in ("generation.model", "generation.seed")}
+    protocol["files"] = params.get("files")
+    return {
+        "run_id": info.run_id,
+        "run_name": info.run_name,
+        "stage": tags[EVAL_STAGE_TAG],
+        "model": tags.get(EVAL_MODEL_TAG),
+        "recipe": tags.get(EVAL_RECIPE_TAG),
+        "train_run_id": tags.get(EVAL_TRAIN_RUN_TAG),
+        "evaluated": params.get("generation.model"),
+        "seed": _seed(params.get("generation.seed", tags.get("seed"))),
+        "protocol": protocol,
+        "results": results,
+    }
 
 
 def _sorted_runs(runs: list[dict]) -> list[dict]:
@@ -126,6 +176,18 @@ def _int_or_none(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def merge_exports(exports: list[dict]) -> dict:
+    """Several exports (e.g. the tiny-task baselines and a GPU run's) as one: their runs and evals
+    together, the experiment named as a comma-separated list."""
+    if len(exports) == 1:
+        return exports[0]
+    experiments = list(dict.fromkeys(str(export.get("experiment")) for export in exports))
+    runs = [run for export in exports for run in export["runs"]]
+    evals = [entry for export in exports for entry in export.get("evals", [])]
+    return _with_evals({"schema": EXPORT_SCHEMA, "experiment": ", ".join(experiments), "runs": _sorted_runs(runs)},
+                       evals)
 
 
 def save_export(data: dict, path: str | Path) -> Path:
