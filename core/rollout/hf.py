@@ -47,10 +47,12 @@ class HFRollout(RolloutBackend):
             generation_config=self._generation_config(params),
         )
         responses = out.sequences[:, input_ids.shape[1]:]  # (B, T_resp)
-        logits = torch.stack(out.logits, dim=1).float()  # (B, T_resp, V), raw: before any warper
-        if not params.greedy:
-            logits = logits / params.temperature
-        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        scale = 1.0 if params.greedy else params.temperature
+        # One step at a time: a (B, T_resp, V) fp32 stack would be 40 GB for 256 × 256 tokens of Qwen3.
+        log_probs = torch.stack([
+            torch.log_softmax(step.float() / scale, dim=-1).gather(-1, responses[:, t, None]).squeeze(-1)
+            for t, step in enumerate(out.logits)  # raw logits: before any warper
+        ], dim=1)
         return responses.cpu(), log_probs.cpu()
 
     def _generation_config(self, params: SamplingParams) -> GenerationConfig:

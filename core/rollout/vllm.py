@@ -97,8 +97,9 @@ class VLLMRollout(RolloutBackend):
         return assemble_rollout(prompts, responses, log_probs, self.tokenizer.eos_token_id, params.n)
 
     def _vllm_params(self, params: SamplingParams):
-        sampling = {"temperature": 0.0} if params.greedy else {
-            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1}
+        sampling = {"temperature": 0.0} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p}
+        if not params.greedy and params.top_k > 0:  # else vLLM's default: no top-k at all
+            sampling["top_k"] = params.top_k
         return self._sampling_params_cls(n=params.n, max_tokens=params.max_new_tokens, seed=params.seed, logprobs=0,
                                          stop_token_ids=[self.tokenizer.eos_token_id], **sampling)
 
@@ -108,6 +109,7 @@ class VLLMRollout(RolloutBackend):
         tensor) pairs already on the device (`FSDPEngine.iter_full_weights`). Either way they are
         consumed one tensor at a time, so a sync needs one tensor of extra device memory, not a model."""
         if self.can_sleep and not self._awake["weights"]:
+            _release_cached_memory()
             self.llm.wake_up(tags=["weights"])
             self._awake["weights"] = True
         pairs = weights.items() if isinstance(weights, Mapping) else weights
@@ -124,8 +126,16 @@ class VLLMRollout(RolloutBackend):
     def wake_up(self) -> None:
         asleep = [tag for tag, awake in self._awake.items() if not awake]
         if self.can_sleep and asleep:
+            _release_cached_memory()
             self.llm.wake_up(tags=asleep)
             self._awake = {"weights": True, "kv_cache": True}
+
+
+def _release_cached_memory() -> None:
+    """Blocks the training step freed stay reserved by PyTorch's caching allocator; vLLM allocates
+    through its own (cumem) allocator, so they must go back to the driver before it wakes up."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _unpadded(prompts: Batch) -> list[list[int]]:

@@ -29,7 +29,7 @@ class ActorRolloutRefWorker:
                             warmup_steps=actor.warmup_steps, grad_clip=actor.grad_clip)
         batching = dict(micro_batch_size=actor.micro_batch_size, micro_batch_tokens=actor.micro_batch_tokens,
                         remove_padding=actor.remove_padding, logprob_chunk_tokens=actor.logprob_chunk_tokens,
-                        mixed_precision=actor.mixed_precision)
+                        compile_layers=actor.compile_layers, mixed_precision=actor.mixed_precision)
         self.actor = FSDPEngine(self._load(model_path), world, optim=optim, cpu_offload=actor.cpu_offload,
                                 gradient_checkpointing=actor.gradient_checkpointing, **batching)
         self.ref = None
