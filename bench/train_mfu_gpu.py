@@ -18,6 +18,7 @@ MFU counts the useful model FLOPs only (so padding and recomputation are not cre
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -104,7 +105,7 @@ def run_variant(variant: str, args, config, batch: Batch, world) -> dict:
     budget = int(budget) if budget else args.micro_batch_tokens
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=torch.float32)
     flops = useful_flops(config, model, batch)
     forward = [None]
     if variant == "naive":
@@ -136,8 +137,8 @@ def packed_matches_padded(config, batch: Batch, world) -> float:
     small, log_probs = batch.select(slice(0, 8)), []
     for packed in (True, False):
         torch.manual_seed(0)
-        with torch.device("cuda"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        with torch.device("cuda"):  # a config of its own: the packed engine switches its attention
+            model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=torch.float32)
         engine = FSDPEngine(model, world, mixed_precision="bf16", remove_padding=packed)
         log_probs.append(engine.compute_log_probs(small))
         del engine, model

@@ -139,3 +139,17 @@ def test_one_update_is_the_same_packed_or_padded_by_rows_or_token_budget(model, 
     for name, grad in ref_grads.items():
         torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-7, msg=name)
     assert sum(float(g.abs().sum()) for g in ref_grads.values()) > 0
+
+
+def test_a_model_switched_to_packed_attention_still_runs_padded_rows(model, rollout_batch):
+    # The switch lives on the model's config, which `from_config` shares: an unpacked, padded forward
+    # through the same model must still see its padding mask.
+    from core.engine.packing import register_varlen_attention
+
+    packed_model = copy.deepcopy(model)
+    packed_model.set_attn_implementation(register_varlen_attention())
+    inputs = {k: rollout_batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    with torch.no_grad():
+        expected, got = model(**inputs).logits, packed_model(**inputs).logits
+    real = rollout_batch["attention_mask"].bool()
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-5, atol=1e-5)

@@ -43,7 +43,9 @@ class ResponseRows:
         """What HF's decoder forwards to each attention call (transformers' FlashAttentionKwargs names)."""
         if self.cu_seqlens is None:
             return {"attention_mask": self.attention_mask}
-        return {"attention_mask": None, "cu_seq_lens_q": self.cu_seqlens, "cu_seq_lens_k": self.cu_seqlens,
+        # A per-layer-type mapping is taken as the prepared masks: no (T × T) mask is built for the row.
+        return {"attention_mask": {"full_attention": None, "sliding_attention": None},
+                "cu_seq_lens_q": self.cu_seqlens, "cu_seq_lens_k": self.cu_seqlens,
                 "max_length_q": self.max_seqlen, "max_length_k": self.max_seqlen}
 
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
@@ -113,7 +115,7 @@ def _varlen_kernel():
 def varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """HF attention-interface function for packed rows: (1, H, T, D) in, (1, T, H, D) out.
 
-    Without `cu_seq_lens_q` (an unpacked call) it is plain causal SDPA. On CUDA it calls the flash
+    Without `cu_seq_lens_q` (an unpacked call) it is SDPA with the padding mask. On CUDA it calls the flash
     varlen kernel; elsewhere (CPU tests) causal SDPA per sequence, the same function.
     """
     cu_seqlens = kwargs.get("cu_seq_lens_q")
@@ -144,12 +146,9 @@ def varlen_attention(module, query, key, value, attention_mask, scaling=None, dr
 def register_varlen_attention() -> str:
     """Make `ATTENTION_NAME` a valid `config._attn_implementation` (idempotent)."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, varlen_attention)
-    try:  # no (T × T) mask: the varlen kernel needs none, and it would be quadratic in the packed row
-        from transformers.masking_utils import AttentionMaskInterface
-
-        AttentionMaskInterface.register(ATTENTION_NAME, lambda *args, **kwargs: None)
-    except ImportError:
-        pass
+    # Unpacked calls (padded rows) get SDPA's own mask, so the same model still runs padded batches right.
+    AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     return ATTENTION_NAME
