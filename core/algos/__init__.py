@@ -1,5 +1,6 @@
-"""Pure, registered algorithm pieces: advantages, policy and value losses, KL, aggregation,
-entropy, and DAPO's sampling filter and reward shaping."""
+"""Pure, registered algorithm pieces: advantages, policy and value losses, KL, aggregation, and
+DAPO's sampling filter and reward shaping. (Log-probs and entropy come from the engine's chunked
+head, `core.engine.logprob_head`.)"""
 
 from core.algos.advantages import (
     ADV_ESTIMATORS,
@@ -12,7 +13,6 @@ from core.algos.advantages import (
 )
 from core.algos.aggregation import AGG_MODES, aggregate_loss, global_normalisers
 from core.algos.dapo import overlong_penalty, uniform_groups
-from core.algos.entropy import entropy_from_logits, log_probs_from_logits
 from core.algos.kl import KL_ESTIMATORS, kl_penalty
 from core.algos.policy_loss import POLICY_LOSSES, masked_mean, ppo_clip_loss
 from core.algos.registry import Registry
@@ -27,13 +27,11 @@ __all__ = [
     "Registry",
     "aggregate_loss",
     "clipped_value_loss",
-    "entropy_from_logits",
     "gae_advantages",
     "global_normalisers",
     "group_indices",
     "grpo_advantages",
     "kl_penalty",
-    "log_probs_from_logits",
     "masked_mean",
     "masked_whiten",
     "overlong_penalty",

@@ -6,7 +6,7 @@ o_proj and down_proj are row-parallel (partial sums, one all-reduce each). So a 
 all-reduce after attention and one after the MLP in the forward, and two in the backward.
 
 Embeddings, the final norm and lm_head stay replicated: a vocab-parallel embedding/lm_head would
-need a vocab-parallel cross-entropy and log-prob/entropy path through `core.algos.entropy`; at
+need a vocab-parallel cross-entropy and log-prob/entropy path through `core.engine.logprob_head`; at
 the model sizes we train, the per-block projections dominate and this is the simplest correct
 choice. The block norms see replicated activations (after the row-parallel all-reduce), so their
 gradients are already equal on every tp rank and they stay plain tensors too.
