@@ -32,6 +32,14 @@ def test_head_on_a_hand_computed_example():
     assert log_prob.item() == pytest.approx(math.log(math.sqrt(3) / (1 + math.sqrt(3))), abs=1e-6)
 
 
+def test_head_entropy_is_stable_for_large_logits():
+    # z = (1000, 1000, −1000): two equally likely tokens, H = ln 2; lse − Σ p·z would cancel ~1000s in fp32.
+    hidden, weight = torch.tensor([[1000.0]]), torch.tensor([[1.0], [1.0], [-1.0]])
+    log_prob, entropy = log_probs_and_entropy(hidden, weight, torch.tensor([0]))
+    assert entropy.item() == pytest.approx(math.log(2.0), abs=1e-6)
+    assert log_prob.item() == pytest.approx(-math.log(2.0), abs=1e-6)
+
+
 @pytest.mark.parametrize("chunk_tokens", [1, 3, 64])
 def test_head_values_and_gradients_equal_full_logits_autograd(chunk_tokens):
     gen = torch.Generator().manual_seed(chunk_tokens)
