@@ -21,11 +21,13 @@ DEFAULT_CHUNK_TOKENS = 2048  # 2048 × 152k vocab × 4 B ≈ 1.2 GB of fp32 logi
 def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float):
     """logsumexp, log p(label) and entropy of each row of (n, V) logits, in fp32."""
     z = logits.float() / temperature
-    lse = torch.logsumexp(z, dim=-1)
-    full_log_probs = z - lse[:, None]
-    # −Σ p·log p rather than lse − Σ p·z: no cancellation of two large terms when |z| is large.
+    # Shifted by the row max, and H as −Σ p·log p rather than lse − Σ p·z: neither cancels two
+    # large terms, so both stay exact to fp32 rounding when |z| is in the thousands.
+    peak = z.amax(dim=-1, keepdim=True)
+    shifted_lse = torch.logsumexp(z - peak, dim=-1)
+    full_log_probs = z - peak - shifted_lse[:, None]
     entropy = -(full_log_probs.exp() * full_log_probs).sum(-1)
-    return lse, full_log_probs.gather(-1, labels[:, None]).squeeze(-1), entropy
+    return shifted_lse + peak[:, 0], full_log_probs.gather(-1, labels[:, None]).squeeze(-1), entropy
 
 
 def _chunk_grad(logits, labels, lse, entropy, grad_log_probs, grad_entropy, temperature: float):
