@@ -23,6 +23,7 @@ from core.trainer.checkpoint import CheckpointManager, list_checkpoints
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
 from core.trainer.setup import build_components
 from core.trainer.validation import validate
+from core.trainer.workers import mini_batch_rows
 
 
 class BaseTrainer:
@@ -115,7 +116,9 @@ class BaseTrainer:
         actor = self.config.actor
         if actor.recompute_old_log_probs not in ("auto", "always"):
             raise ValueError(f"actor.recompute_old_log_probs={actor.recompute_old_log_probs!r}: expected auto or always")
-        one_step = actor.ppo_epochs == 1 and len(batch) <= actor.ppo_mini_batch_size * self.config.rollout.n
+        # `batch` is this rank's part under torchrun (the whole batch on a Ray driver, whose world is one
+        # rank), so it is compared with this rank's share of a mini-batch, as the engine splits it.
+        one_step = actor.ppo_epochs == 1 and len(batch) <= mini_batch_rows(self.config, self.world)
         return (actor.recompute_old_log_probs == "auto" and one_step
                 and not self.config.algorithm.use_kl_in_reward)
 
