@@ -121,16 +121,18 @@ def write_plots(directory: Path, train: list[dict], rollout: list[dict]) -> list
 
     written = []
     if train:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig, ax = plt.subplots(figsize=(7, 3.8))
         labels, values = [], []
         for run in train:
             for v in run["variants"]:
                 if "mfu" in v:
                     labels.append(f"{model_label(run)}\n{variant_label(v)}")
                     values.append(100 * v["mfu"])
-        ax.bar(labels, values, color=["tab:blue" if "ours" in lab else "tab:gray" for lab in labels])
-        ax.axhline(100 * TARGETS["mfu"], color="tab:red", linestyle="--", label="target (1.7B)")
-        ax.set_ylabel("MFU (%)")
+        labels = [label.replace("\n", "  ") for label in labels]
+        ax.barh(labels, values, color=["tab:blue" if "ours" in lab else "tab:gray" for lab in labels])
+        ax.invert_yaxis()
+        ax.axvline(100 * TARGETS["mfu"], color="tab:red", linestyle="--", label="target (1.7B)")
+        ax.set_xlabel("MFU (%)")
         ax.set_title("Policy update MFU, one GPU")
         ax.legend()
         fig.tight_layout()
@@ -148,7 +150,8 @@ def write_plots(directory: Path, train: list[dict], rollout: list[dict]) -> list
         ax.set_xticks(range(len(names)), names)
         ax.set_ylabel("thousand tokens/s")
         ax.set_title("Rollout throughput, one GPU")
-        ax.legend()
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.2)  # room for the legend above the bars
+        ax.legend(ncol=3, loc="upper center")
         fig.tight_layout()
         fig.savefig(directory / "rollout.png", dpi=120)
         written.append("rollout.png")
