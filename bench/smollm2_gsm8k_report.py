@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.tracking.before_after import before_after_records, render_before_after  # noqa: E402
 from core.tracking.console import format_duration  # noqa: E402
-from core.tracking.leaderboard import before_after_records, build_leaderboard, render_before_after  # noqa: E402
+from core.tracking.leaderboard import build_leaderboard  # noqa: E402
 from core.tracking.run_export import LeaderboardError, export_runs, is_task_acc_key, save_export  # noqa: E402
 
 CURVES = (("critic/score/mean", "training reward (critic/score/mean)"),
