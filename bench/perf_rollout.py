@@ -24,27 +24,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rollout_vllm_gpu import _ours, _raw, _Tokenizer, measure_sleep, prompt_batch  # noqa: E402
+from rollout_vllm_gpu import _ours, _raw, _Tokenizer, measure_sleep, prompt_batch, timed_rounds  # noqa: E402
 
 from core.engine.distributed import init_distributed  # noqa: E402
 from core.engine.fsdp import FSDPEngine  # noqa: E402
 from core.rollout.base import SamplingParams  # noqa: E402
 from core.rollout.hf import HFRollout  # noqa: E402
 from core.rollout.vllm import VLLMRollout, import_vllm  # noqa: E402
-
-
-def timed_rounds(paths: dict, rounds: int) -> dict[str, list[float]]:
-    for fn in paths.values():
-        fn()  # warm-up: first-call allocations, CUDA-graph replay paths
-    results = {name: [] for name in paths}
-    for _ in range(rounds):
-        for name, fn in paths.items():
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            tokens = fn()
-            torch.cuda.synchronize()
-            results[name].append(tokens / (time.perf_counter() - start))
-    return results
 
 
 def _time_engine_calls(engine) -> list[float]:

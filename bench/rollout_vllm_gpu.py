@@ -69,16 +69,7 @@ def main() -> int:
         label = "seeded" if seeded else "unseeded"
         paths[f"raw vllm.LLM.generate, {label}"] = _raw(engine, raw_requests, raw_params)
         paths[f"recipezoo VLLMRollout, {label}"] = _ours(ours, prompts, params)
-    rounds = {name: [] for name in paths}
-    for fn in paths.values():
-        fn()  # warm-up: first-call allocations and kernel selection
-    for _ in range(args.rounds):
-        for name, fn in paths.items():
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            tokens = fn()
-            torch.cuda.synchronize()
-            rounds[name].append(tokens / (time.perf_counter() - start))
+    rounds = timed_rounds(paths, args.rounds)
     report = {
         "device": torch.cuda.get_device_name(), "vllm": vllm.__version__, "torch": torch.__version__,
         "model": config.get("_name_or_path") or Path(args.model_dir).name, "weights": "dummy (load_format=dummy)",
@@ -94,6 +85,22 @@ def main() -> int:
     report["weight_sync"] = check_weight_sync(ours, args.model_dir, prompts)
     write(report, Path(args.out))
     return 0
+
+
+def timed_rounds(paths: dict, rounds: int) -> dict[str, list[float]]:
+    """Tokens/s of each path per round, in round order; paths alternate within a round so drift
+    (clocks, allocator) hits all of them. One warm-up call each first (allocations, graph replay)."""
+    for fn in paths.values():
+        fn()
+    results = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, fn in paths.items():
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            tokens = fn()
+            torch.cuda.synchronize()
+            results[name].append(tokens / (time.perf_counter() - start))
+    return results
 
 
 def _raw(engine, requests, params):

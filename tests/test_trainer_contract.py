@@ -10,17 +10,24 @@ from core.data.batch import BatchContractError
 from recipes.grpo.trainer import GRPOTrainer
 
 
-def test_one_grpo_step_produces_the_contracted_batch(fast_overrides):
-    trainer = GRPOTrainer(load_config("grpo", fast_overrides))
+def _one_update_run(overrides):
+    """Fit, keeping the batch and metrics of the (last) update_policy call."""
+    trainer = GRPOTrainer(load_config("grpo", overrides))
     seen = {}
     original = trainer.update_policy
 
     def spy(batch):
         seen["batch"] = batch
-        return original(batch)
+        seen["metrics"] = original(batch)
+        return seen["metrics"]
 
     trainer.update_policy = spy
     trainer.fit()
+    return trainer, seen
+
+
+def test_one_grpo_step_produces_the_contracted_batch(fast_overrides):
+    _, seen = _one_update_run(fast_overrides)
     batch = seen["batch"]
     rows, width = batch["responses"].shape
     assert rows == 4 * 2
@@ -69,21 +76,6 @@ def test_grpo_rejects_groups_of_one(fast_overrides):
     trainer = GRPOTrainer(load_config("grpo", fast_overrides + ["rollout.n=1", "actor.ppo_mini_batch_size=4"]))
     with pytest.raises(ValueError, match="rollout.n >= 2"):
         trainer.fit()
-
-
-def _one_update_run(overrides):
-    trainer = GRPOTrainer(load_config("grpo", overrides))
-    seen = {}
-    original = trainer.update_policy
-
-    def spy(batch):
-        seen["batch"] = batch
-        seen["metrics"] = original(batch)
-        return seen["metrics"]
-
-    trainer.update_policy = spy
-    trainer.fit()
-    return trainer, seen
 
 
 def test_a_single_update_step_skips_the_old_policy_forward_and_trains_the_same(fast_overrides):
