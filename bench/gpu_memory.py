@@ -1,0 +1,46 @@
+"""Each GPU's peak memory in use while a block runs, read with nvidia-smi every `interval_s`.
+
+The device's own count, not PyTorch's: vLLM allocates through its own pool, and a run's processes
+(torchrun ranks, Ray workers) are children of the one being timed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+
+def read_used_total_mib() -> list[tuple[float, float]]:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    return [tuple(float(x) for x in line.split(",")) for line in out.strip().splitlines()]
+
+
+class PeakMemoryMonitor:
+    def __init__(self, interval_s: float = 0.5):
+        self.interval_s, self._stop = interval_s, threading.Event()
+        self.peaks_mib: list[float] = []
+        self.totals_mib: list[float] = []
+
+    def __enter__(self) -> "PeakMemoryMonitor":
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            readings = read_used_total_mib()
+            if not self.peaks_mib:
+                self.peaks_mib, self.totals_mib = [0.0] * len(readings), [total for _, total in readings]
+            self.peaks_mib = [max(peak, used) for peak, (used, _) in zip(self.peaks_mib, readings)]
+            self._stop.wait(self.interval_s)
+
+    def peaks_gib(self) -> list[float]:
+        return [round(mib / 1024, 2) for mib in self.peaks_mib]
+
+    def totals_gib(self) -> list[float]:
+        return [round(mib / 1024, 2) for mib in self.totals_mib]

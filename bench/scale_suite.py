@@ -1,0 +1,205 @@
+"""Each recipe's `run_qwen3_8b.sh` for a few steps on the GPUs of this node, under torchrun and under Ray.
+
+    bash bench/scale_suite.sh --recipes dapo grpo --controllers torchrun ray --steps 3
+
+Weights are random (`model.init=random`: the architecture from bench/configs/qwen3-8b, vLLM's dummy
+weights replaced by the trainer's at start), so nothing is downloaded; speed and memory depend on the
+shapes, not on trained weights. The reward is bench/varied_reward.py (varies between samples, so
+every update changes the weights and DAPO's dynamic sampling keeps its groups). The batch is the
+script's, scaled to the GPUs present (`PROMPTS_PER_GPU`), with responses at the script's length.
+
+Writes results/scale/<recipe>_qwen3-8b_<N>gpu_<controller>.json: the command, the median step time
+after step 1 and its per-stage breakdown, generated and trained tokens/s per GPU, each GPU's peak
+memory (nvidia-smi, every 0.5 s), the policy update's MFU, and raw vLLM tokens/s at the same batch
+and lengths measured in the same call (bench/scale_raw_vllm.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_memory import PeakMemoryMonitor  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+# Prompts per GPU per step: the scripts' sequences per GPU cut so that 3 steps take minutes, not hours.
+PROMPTS_PER_GPU = {"dapo": 8, "grpo": 32, "rloo": 32, "remax": 32, "ppo": 128}
+STAGES = ("gen", "reward", "old_log_prob", "values", "adv", "update_critic", "update_actor", "sync_weights")
+PEAK_BF16 = 989e12  # H100/H200 SXM dense bf16, the datasheet's figure
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipes", nargs="+", default=["dapo", "grpo", "rloo", "remax", "ppo"])
+    parser.add_argument("--controllers", nargs="+", default=["torchrun", "ray"], choices=["torchrun", "ray"])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--gpus", type=int, default=0, help="0: every GPU of this node")
+    parser.add_argument("--config-dir", default=str(ROOT / "bench/configs/qwen3-8b"))
+    parser.add_argument("--data", default=os.environ.get("DATA", str(Path.home() / "data/gsm8k")),
+                        help="dir with GSM8K train/test.parquet (made by `recipezoo data gsm8k` when missing)")
+    parser.add_argument("--work", default="/tmp/recipezoo-scale", help="model dir, MLflow store, logs")
+    parser.add_argument("--out", default=str(ROOT / "results/scale"))
+    parser.add_argument("--timeout-s", type=int, default=1800, help="per run")
+    parser.add_argument("--no-raw-vllm", action="store_true", help="skip the raw vLLM reference")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides for every run, e.g. actor.micro_batch_tokens=16384")
+    return parser.parse_args(argv)
+
+
+def model_dir(config_dir: Path, work: Path) -> Path:
+    """config.json + tokenizer files in one dir (the tokenizer ships xz-compressed beside the configs)."""
+    out = work / f"model-{config_dir.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    for item in config_dir.iterdir():
+        shutil.copy2(item, out / item.name)
+    packed = config_dir.parent / "qwen3-tokenizer.json.xz"
+    if not (out / "tokenizer.json").exists():
+        (out / "tokenizer.json").write_bytes(lzma.decompress(packed.read_bytes()))
+    return out
+
+
+def ensure_data(data: Path) -> Path:
+    if not (data / "train.parquet").exists():
+        for split in ("train", "test"):
+            subprocess.run([sys.executable, "-m", "core.cli", "data", "gsm8k", "--split", split, "--out", str(data)],
+                           cwd=ROOT, check=True)
+    return data
+
+
+def run_overrides(recipe: str, controller: str, gpus: int, steps: int, model: Path, store: Path, name: str) -> list[str]:
+    prompts = PROMPTS_PER_GPU[recipe] * gpus
+    overrides = [f"model.path={model}", "model.init=random", f"data.train_batch_size={prompts}",
+                 f"actor.ppo_mini_batch_size={prompts // 2}",  # two optimizer steps per rollout, as at full size
+                 f"trainer.total_steps={steps}", "trainer.test_freq=0", "trainer.save_freq=0",
+                 f"trainer.output_dir={store.parent / 'outputs' / name}",
+                 f"reward.custom_function.path={ROOT / 'bench/varied_reward.py'}",
+                 "reward.custom_function.name=compute_score", "rollout.gpu_memory_utilization=0.35",
+                 f"tracking.uri=file:{store}", "tracking.experiment=scale", f"tracking.run_name={name}",
+                 "tracking.backends=[console,mlflow]"]
+    return overrides + (["trainer.controller=ray"] if controller == "ray" else [])
+
+
+def step_history(store: Path, name: str) -> dict[int, dict[str, float]]:
+    """{step: {metric: value}} of the newest run named `name` in the MLflow file store."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"file:{store}")
+    experiment = client.get_experiment_by_name("scale")
+    runs = client.search_runs([experiment.experiment_id], f"tags.mlflow.runName = '{name}'",
+                              order_by=["attribute.start_time DESC"], max_results=1)
+    steps: dict[int, dict[str, float]] = {}
+    for key in runs[0].data.metrics:
+        for point in client.get_metric_history(runs[0].info.run_id, key):
+            steps.setdefault(point.step, {})[key] = point.value
+    return steps
+
+
+def summarise(history: dict[int, dict[str, float]], gpus: int, config: dict) -> dict:
+    """Medians over the steps after step 1 (step 1 holds one-off compiles and allocations)."""
+    later = [history[s] for s in sorted(history) if s >= 2 and "timing_s/step" in history[s]]
+
+    def median(key: str) -> float | None:
+        values = [m[key] for m in later if key in m]
+        return statistics.median(values) if values else None
+
+    step_s, gen_s, update_s = median("timing_s/step"), median("timing_s/gen"), median("timing_s/update_actor")
+    generated, tokens = median("rollout/generated_tokens"), median("perf/total_num_tokens")
+    mean_len = (median("prompt_length/mean") or 0) + (median("response_length/mean") or 0)
+    return {
+        "median_step_s": step_s,
+        "stages_s": {stage: median(f"timing_s/{stage}") for stage in STAGES if median(f"timing_s/{stage}") is not None},
+        "generated_tokens_per_s_per_gpu": generated / gen_s / gpus if generated and gen_s else None,
+        "trained_tokens_per_s_per_gpu": tokens / step_s / gpus if tokens and step_s else None,
+        "update_mfu": update_flops(config, tokens, mean_len, generated) / (update_s * gpus * PEAK_BF16)
+        if tokens and update_s else None,
+        "steps": {str(s): history[s] for s in sorted(history)},
+    }
+
+
+def update_flops(config: dict, tokens: float, mean_len: float, response_tokens: float) -> float:
+    """Useful FLOPs of one pass of the policy update over the batch (as bench/train_mfu_gpu.py counts
+    them; Σ s² taken as rows × mean length², exact when lengths are equal, as with random weights)."""
+    hidden, layers, heads = config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    kv_heads = config.get("num_key_value_heads", heads)
+    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * config["intermediate_size"]
+    rows = tokens / max(mean_len, 1)
+    attention = 6 * layers * heads * head_dim * rows * mean_len ** 2
+    return 6 * layers * per_layer * tokens + attention + 6 * config["vocab_size"] * hidden * response_tokens
+
+
+def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Path, work: Path) -> dict:
+    name = f"{recipe}_qwen3-8b_{gpus}gpu_{controller}"
+    store = work / "mlruns"
+    command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh",
+               *run_overrides(recipe, controller, gpus, args.steps, model, store, name), *args.overrides]
+    env = {**os.environ, "NGPUS": str(gpus), "DATA": str(data), "MLFLOW_ALLOW_FILE_STORE": "true"}
+    log = work / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[scale] {name}: starting ({' '.join(command)})", flush=True)
+    start = time.time()
+    with PeakMemoryMonitor() as memory, open(log, "w") as sink:
+        process = subprocess.run(command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                 timeout=args.timeout_s)
+    wall = time.time() - start
+    if process.returncode:
+        tail = log.read_text().splitlines()[-30:]
+        raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
+    config = json.loads((model / "config.json").read_text())
+    result = {"recipe": recipe, "model": "Qwen3-8B (random init from its config)", "gpus": gpus,
+              "controller": controller, "commit": git_commit(), "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
+              "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
+              **summarise(step_history(store, name), gpus, config)}
+    print(f"[scale] {name}: {result['median_step_s']:.1f} s/step (median after step 1), "
+          f"peak {max(result['peak_memory_gib']):.1f} GiB, wall {wall:.0f} s", flush=True)
+    return result
+
+
+def git_commit() -> str:
+    probe = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return probe.stdout.strip() or "unknown"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    gpus = args.gpus or torch.cuda.device_count()
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, data = model_dir(Path(args.config_dir), work), ensure_data(Path(args.data))
+    for recipe in args.recipes:
+        raw = None if args.no_raw_vllm else raw_vllm(recipe, model, data, work)
+        for controller in args.controllers:
+            result = run_one(args, recipe, controller, gpus, model, data, work)
+            result["raw_vllm_tokens_per_s_per_gpu"] = raw
+            if raw and result["generated_tokens_per_s_per_gpu"]:
+                result["gen_vs_raw_vllm"] = result["generated_tokens_per_s_per_gpu"] / raw
+            path = out / f"{result['recipe']}_qwen3-8b_{gpus}gpu_{controller}.json"
+            path.write_text(json.dumps(result, indent=1) + "\n")
+            print(f"[scale] wrote {path}", flush=True)
+    return 0
+
+
+def raw_vllm(recipe: str, model: Path, data: Path, work: Path) -> float | None:
+    """Raw `vllm.LLM.generate` tokens/s on one GPU at this recipe's per-GPU batch and lengths."""
+    out = work / f"raw_vllm_{recipe}.json"
+    command = [sys.executable, str(ROOT / "bench/scale_raw_vllm.py"), "--model", str(model), "--recipe", recipe,
+               "--prompts", str(PROMPTS_PER_GPU[recipe]), "--data", str(data), "--out", str(out)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
+    print(f"[scale] raw vLLM reference for {recipe}", flush=True)
+    subprocess.run(command, cwd=ROOT, env=env, check=True)
+    return json.loads(out.read_text())["tokens_per_s"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

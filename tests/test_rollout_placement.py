@@ -1,0 +1,73 @@
+"""The engine arguments each rank builds (CPU: pins what the GPU runs use) and the pooling of prompts
+among the ranks of one tensor-parallel engine, on a real 2-process gloo group."""
+
+import os
+
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from omegaconf import OmegaConf
+
+from core.rollout.placement import EnginePlacement, check_engine_split
+from core.rollout.vllm import engine_kwargs
+
+CFG = OmegaConf.create({"tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.35, "enforce_eager": False,
+                        "free_cache_engine": True})
+
+
+def kwargs_for(rank: int, world: int, tp: int, **extra):
+    placement = EnginePlacement(rank=rank, world_size=world, tensor_parallel_size=tp)
+    return engine_kwargs("m", CFG, placement, dtype="bfloat16", seed=7, max_model_len=1024,
+                         dummy_weights=extra.get("dummy", False), cuda=True)
+
+
+def test_one_rank_keeps_the_in_process_executor():
+    kwargs = kwargs_for(0, 1, 1)
+    assert "distributed_executor_backend" not in kwargs and kwargs["seed"] == 7 and kwargs["enable_sleep_mode"]
+
+
+def test_each_rank_of_a_world_builds_an_spmd_engine_worker():
+    # torchrun ranks: one engine worker each, in torchrun's group, on LOCAL_RANK's device
+    for rank in range(4):
+        kwargs = kwargs_for(rank, 4, 1)
+        assert kwargs["distributed_executor_backend"] == "external_launcher"
+        assert kwargs["tensor_parallel_size"] == 1 and kwargs["seed"] == 7 + rank  # 4 engines sample apart
+
+
+def test_ranks_of_one_tensor_parallel_engine_share_its_seed():
+    seeds = [kwargs_for(rank, 4, 2)["seed"] for rank in range(4)]
+    assert seeds == [7, 7, 8, 8]
+    assert all(kwargs_for(rank, 4, 2)["tensor_parallel_size"] == 2 for rank in range(4))
+
+
+def test_random_init_starts_vllm_from_dummy_weights():
+    assert kwargs_for(0, 1, 1, dummy=True)["load_format"] == "dummy"
+    assert "load_format" not in kwargs_for(0, 1, 1)
+
+
+@pytest.mark.parametrize("tp, world", [(2, 3), (0, 2), (4, 2)])
+def test_an_engine_split_that_does_not_divide_the_ranks_fails(tp, world):
+    with pytest.raises(ValueError, match=rf"rollout.tensor_model_parallel_size={tp} must be ≥ 1 and divide"):
+        check_engine_split(tp, world)
+
+
+def _pool(rank: int, port: int, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    placement = EnginePlacement.current(2)
+    own = [[rank, i] for i in range(2 + rank)]  # rank 0: 2 prompts, rank 1: 3
+    pooled, rows, seed = placement.pool_prompts(own, seed=100 + rank)
+    same, same_rows, _ = placement.pool_prompts([[9]], seed=None)  # ranks that hold the same prompts
+    results[rank] = (pooled, pooled[rows], seed, same, same_rows)
+    dist.destroy_process_group()
+
+
+def test_ranks_of_one_engine_pool_their_prompts_and_keep_their_own_rows():
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_pool, args=(29517, results), nprocs=2)
+        results = dict(results)
+    pooled = [[0, 0], [0, 1], [1, 0], [1, 1], [1, 2]]
+    assert results[0][:3] == (pooled, [[0, 0], [0, 1]], 100)
+    assert results[1][:3] == (pooled, [[1, 0], [1, 1], [1, 2]], 100)  # the engine's first rank's seed
+    assert results[1][3] == [[9]] and results[1][4] == slice(0, 1)  # identical prompts are submitted once
