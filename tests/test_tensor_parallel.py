@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from core.engine.tp import build_mesh, check_tensor_parallel_size, parallelize_decoder
+from core.engine.distributed import build_mesh
+from core.engine.tp import check_tensor_parallel_size, parallelize_decoder
 from tests.helpers_dist import REPO, run_script
 
 SCRIPT = Path(__file__).parent / "dist" / "tp_check.py"

@@ -1,4 +1,5 @@
-"""Process-group setup shared by the local controller (1 process or torchrun) and Ray workers."""
+"""Process-group and device-mesh setup shared by the local controller (1 process or torchrun) and Ray
+workers: the lowest layer of the engine, below the sharding code (`sharding`, `tp`, `fsdp`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,23 @@ def with_tensor_parallel(world: World, tensor_parallel_size: int) -> World:
     """`world` split into a ("dp", "tp") mesh; the identity for tensor_parallel_size=1."""
     if tensor_parallel_size == 1:
         return world
-    from core.engine.tp import build_mesh
-
     mesh = build_mesh(world.size, tensor_parallel_size, world.device.type)
     return World(world.rank, world.size, world.device, dp_rank=mesh["dp"].get_local_rank(),
                  dp_size=mesh["dp"].size(), tp_rank=mesh["tp"].get_local_rank(), mesh=mesh,
                  dp_group=mesh["dp"].get_group())
+
+
+def build_mesh(world_size: int, tensor_parallel_size: int, device_type: str) -> DeviceMesh:
+    """A (dp, tp) mesh; tp is innermost so a tp group is consecutive ranks (one node's fast links)."""
+    if tensor_parallel_size < 1 or world_size % tensor_parallel_size:
+        raise ValueError(
+            f"actor.tensor_parallel_size={tensor_parallel_size} must be >= 1 and divide the number of "
+            f"training processes ({world_size}); the rest form data-parallel groups of that size")
+    if dist.is_initialized() and dist.get_world_size() != world_size:
+        raise ValueError(f"build_mesh(world_size={world_size}) but the process group has "
+                         f"{dist.get_world_size()} ranks")
+    return init_device_mesh(device_type, (world_size // tensor_parallel_size, tensor_parallel_size),
+                            mesh_dim_names=("dp", "tp"))
 
 
 def init_distributed(device: str = "auto") -> World:
@@ -78,7 +91,6 @@ def all_reduce_mean(metrics: dict[str, float], device: torch.device) -> dict[str
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     tensor /= dist.get_world_size()
     return dict(zip(keys, tensor.tolist()))
-
 
 
 def all_gather_object(obj) -> list:

@@ -22,13 +22,15 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
 from core.data.batch import Batch
 from core.engine.distributed import World, all_reduce_mean, all_reduce_sum
 from core.engine.logprob_head import DEFAULT_CHUNK_TOKENS
 from core.engine.packing import register_varlen_attention, response_rows, token_budget_groups
 from core.engine.policy_model import PolicyLM
+from core.engine.sharding import decoder_layers, shard_model
+from core.engine.tp import clip_grad_norm, shard_model_2d
 from core.tracking.metrics import reduce_metrics
 
 # head="policy": loss_fn(log_probs, entropy, micro, num_tokens, num_seqs) -> (loss, metrics)
@@ -67,15 +69,13 @@ class FSDPEngine:
         if _on_cuda(compile_layers, "actor.compile_layers", world.device):
             # Fuses each block's norms, rotary and activations, and frees their intermediates: on an H100,
             # Qwen3-1.7B went from 23% to 42% MFU (bench/train_mfu_gpu.py). Packed lengths vary: dynamic.
-            for layer in _decoder_layers(model):
+            for layer in decoder_layers(model):
                 layer.compile(dynamic=True)
         # With offload the sharded parameters, gradients and optimizer state live in host memory and
         # FSDP2 moves each layer to the device for its forward/backward: slower, but it fits.
         offload = CPUOffloadPolicy(pin_memory=False) if cpu_offload and world.device.type == "cuda" else None
         model = model if offload else model.to(world.device)
         if world.mesh is not None:  # tensor parallel inside each dp group, FSDP2 across them
-            from core.engine.tp import shard_model_2d
-
             if offload is not None:
                 raise ValueError("actor.cpu_offload with actor.tensor_parallel_size > 1 is not supported")
             self.model = shard_model_2d(model, world.mesh, _mp_policy(mixed_precision, world.device))
@@ -185,8 +185,6 @@ class FSDPEngine:
 
     def _clip_grad_norm(self) -> float:
         if self.world.mesh is not None:  # parameters on two meshes: the plain clip cannot stack them
-            from core.engine.tp import clip_grad_norm
-
             return clip_grad_norm(self.model.parameters(), self.optim.grad_clip)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim.grad_clip)
         if hasattr(norm, "full_tensor"):
@@ -235,29 +233,6 @@ class FSDPEngine:
                        options=StateDictOptions(full_state_dict=True))
         if self.scheduler is not None:
             self.scheduler.load_state_dict(load("scheduler"))
-
-
-def shard_model(model: torch.nn.Module, mp_policy: MixedPrecisionPolicy | None,
-                offload: CPUOffloadPolicy | None = None, mesh=None) -> torch.nn.Module:
-    """FSDP2: shard each transformer block, then the root (embeddings, norm, head), over `mesh`
-    (None: every rank; tensor parallel passes its "dp" sub-mesh)."""
-    kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
-    if offload is not None:
-        kwargs["offload_policy"] = offload
-    if mesh is not None:
-        kwargs["mesh"] = mesh
-    for layer in _decoder_layers(model):
-        fully_shard(layer, **kwargs)
-    fully_shard(model, **kwargs)
-    return model
-
-
-def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if layers is None:
-        raise TypeError(f"{type(model).__name__}: expected a decoder with `.model.layers` (Qwen/Llama style)")
-    return list(layers)
 
 
 def _on_cuda(value: bool | str, key: str, device: torch.device) -> bool:

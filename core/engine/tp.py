@@ -15,7 +15,7 @@ gradients are already equal on every tp rank and they stay plain tensors too.
 from __future__ import annotations
 
 import torch
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import (
@@ -25,7 +25,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from core.engine.fsdp import _decoder_layers, shard_model
+from core.engine.sharding import decoder_layers, shard_model
 
 # Attributes some HF attention classes (older Llama/Qwen2 code) keep and use in
 # `view(bsz, q_len, self.num_heads, head_dim)`; transformers 5 uses `view(..., -1, head_dim)`.
@@ -57,7 +57,7 @@ def parallelize_decoder(model: torch.nn.Module, tp_mesh: DeviceMesh) -> torch.nn
     """
     tp_size = tp_mesh.size()
     check_tensor_parallel_size(model.config, tp_size)
-    for layer in _decoder_layers(model):
+    for layer in decoder_layers(model):
         attn = layer.self_attn
         plan = {
             # use_local_output=True: the block's own code then runs on plain local tensors, so HF's
@@ -83,19 +83,6 @@ def parallelize_decoder(model: torch.nn.Module, tp_mesh: DeviceMesh) -> torch.nn
             if isinstance(getattr(attn, attr, None), int):
                 setattr(attn, attr, getattr(attn, attr) // tp_size)
     return model
-
-
-def build_mesh(world_size: int, tensor_parallel_size: int, device_type: str) -> DeviceMesh:
-    """A (dp, tp) mesh; tp is innermost so a tp group is consecutive ranks (one node's fast links)."""
-    if tensor_parallel_size < 1 or world_size % tensor_parallel_size:
-        raise ValueError(
-            f"actor.tensor_parallel_size={tensor_parallel_size} must be >= 1 and divide the number of "
-            f"training processes ({world_size}); the rest form data-parallel groups of that size")
-    if torch.distributed.is_initialized() and torch.distributed.get_world_size() != world_size:
-        raise ValueError(f"build_mesh(world_size={world_size}) but the process group has "
-                         f"{torch.distributed.get_world_size()} ranks")
-    return init_device_mesh(device_type, (world_size // tensor_parallel_size, tensor_parallel_size),
-                            mesh_dim_names=("dp", "tp"))
 
 
 def shard_model_2d(model: torch.nn.Module, mesh: DeviceMesh,

@@ -16,8 +16,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 from transformers import Qwen3ForCausalLM
 
-from core.engine.distributed import init_distributed
-from core.engine.tp import build_mesh, clip_grad_norm, parallelize_decoder, shard_model_2d
+from core.engine.distributed import build_mesh, init_distributed
+from core.engine.tp import clip_grad_norm, parallelize_decoder, shard_model_2d
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
 
 ROWS, SEQ_LEN = 4, 10
