@@ -133,9 +133,11 @@ def reinforce_plus_plus_advantages(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     gamma: float = 1.0,
+    sum_over_ranks=None,
     **_,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Discounted return of the KL-shaped token rewards, whitened over the batch's valid tokens."""
+    """Discounted return of the KL-shaped token rewards, whitened over the batch's valid tokens
+    (`sum_over_ranks`: see `masked_whiten`)."""
     rewards = token_level_rewards
     valid = response_mask.bool()  # (B, T_resp)
     returns = torch.zeros_like(rewards)  # (B, T_resp)
@@ -145,7 +147,7 @@ def reinforce_plus_plus_advantages(
         g_t = rewards[:, t] + gamma * running
         running = torch.where(valid[:, t], g_t, running)  # a padding token passes G through
         returns[:, t] = torch.where(valid[:, t], g_t, 0.0)
-    advantages = masked_whiten(returns, valid) * valid  # (B, T_resp)
+    advantages = masked_whiten(returns, valid, sum_over_ranks=sum_over_ranks) * valid  # (B, T_resp)
     return advantages, returns
 
 
@@ -158,9 +160,11 @@ def gae_advantages(
     values: torch.Tensor | None = None,
     gamma: float = 1.0,
     lam: float = 1.0,
+    sum_over_ranks=None,
     **_,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over each response's valid tokens; returns = A + V, then A whitened over the batch."""
+    """GAE over each response's valid tokens; returns = A + V, then A whitened over the batch
+    (`sum_over_ranks`: see `masked_whiten`)."""
     rewards = token_level_rewards
     values = _require("gae", "values", values, rewards.shape, like=rewards)  # (B, T_resp)
     valid = response_mask.bool()  # (B, T_resp)
@@ -176,4 +180,4 @@ def gae_advantages(
         next_adv = torch.where(valid[:, t], adv_t, next_adv)
         advantages[:, t] = torch.where(valid[:, t], adv_t, 0.0)
     returns = torch.where(valid, advantages + values, 0.0)  # (B, T_resp) the critic's target
-    return masked_whiten(advantages, valid) * valid, returns
+    return masked_whiten(advantages, valid, sum_over_ranks=sum_over_ranks) * valid, returns

@@ -7,13 +7,14 @@ contract (`Batch.check`) with the stage's name, so a shape bug names the stage t
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 
 from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
 from core.data.batch import Batch
-from core.engine.distributed import all_reduce_mean
+from core.engine.distributed import all_reduce_mean, all_reduce_sum
 from core.models.export import write_hf_files
 from core.reward.build import build_reward_manager
 from core.reward.manager import reward_metrics
@@ -131,6 +132,9 @@ class BaseTrainer:
             token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
             group_ids=batch["uid"], values=batch.tensors.get("values"), gamma=algo.gamma, lam=algo.lam,
             norm_adv_by_std=algo.norm_adv_by_std_in_grpo,
+            # Whitening uses the whole step batch, however the controller split it: torchrun's ranks each
+            # hold a part; a Ray driver holds all of it and its one-rank group sums nothing.
+            sum_over_ranks=partial(all_reduce_sum, device=self.world.device, group=self.world.dp_group),
         )
         batch.tensors["advantages"], batch.tensors["returns"] = advantages, returns
         return batch
