@@ -1,8 +1,6 @@
 """The Ray controller, for real: a local Ray cluster (and a two-node one) on this machine."""
 
-import os
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +14,11 @@ from core.models.loading import load_causal_lm  # noqa: E402
 from core.trainer.checkpoint import latest_checkpoint, resolve_resume  # noqa: E402
 from core.trainer.ray_controller import WorkerDiedError  # noqa: E402
 from recipes.grpo.trainer import GRPOTrainer  # noqa: E402
+from recipes.ppo.trainer import PPOTrainer  # noqa: E402
+from tests.dist.ppo_step import record_update_metrics  # noqa: E402
+from tests.helpers_dist import run_script  # noqa: E402
 
+PPO_STEP = Path(__file__).parent / "dist" / "ppo_step.py"
 RAY_WORKERS = ["trainer.controller=ray", "trainer.n_gpus_per_node=2", "trainer.num_threads=1"]
 
 
@@ -32,47 +34,66 @@ def overrides(fast_overrides, *extra):
     return [o for o in fast_overrides if not o.startswith("trainer.total_steps")] + list(extra)
 
 
-def test_two_ray_workers_take_the_same_step_as_two_torchrun_ranks(local_ray, fast_overrides, random_model_dir,
-                                                                  tmp_path):
+def test_two_ray_workers_take_the_same_ppo_step_as_two_torchrun_ranks(local_ray, fast_overrides, random_model_dir,
+                                                                      tmp_path):
+    """PPO with a KL loss exercises every role the group runs: rollout, actor, reference and critic."""
     reward = tmp_path / "varied_reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return (sum(map(ord, solution_str)) % 7) / 6  # varies, so the step has a real gradient\n")
     common = overrides(fast_overrides, "trainer.total_steps=1", "trainer.save_freq=1", "actor.weight_decay=0",
-                       f"reward.custom_function.path={reward}")
-    torchrun = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "core.cli",
-         "train", "--recipe", "grpo", *common, f"trainer.output_dir={tmp_path}/torchrun", "trainer.num_threads=1"],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
-    assert torchrun.returncode == 0, torchrun.stderr[-3000:]
-    GRPOTrainer(load_config("grpo", common + RAY_WORKERS + [f"trainer.output_dir={tmp_path}/ray"])).fit()
+                       "critic.weight_decay=0", "actor.use_kl_loss=true", f"reward.custom_function.path={reward}",
+                       "trainer.num_threads=1")
+    expected_metrics = run_script(PPO_STEP, 2, tmp_path / "torchrun.pt", *common,
+                                  f"trainer.output_dir={tmp_path}/torchrun")
+    trainer = PPOTrainer(load_config("ppo", common + RAY_WORKERS + [f"trainer.output_dir={tmp_path}/ray"]))
+    metrics = record_update_metrics(trainer)
+    trainer.fit()
 
-    expected = torch.load(tmp_path / "torchrun/checkpoints/global_step_1/actor/model.pt", weights_only=True)
-    got = torch.load(tmp_path / "ray/checkpoints/global_step_1/actor/model.pt", weights_only=True)
-    assert expected.keys() == got.keys() and len(expected) > 10
+    for stage, prefix in (("update_critic", "critic/"), ("update_policy", "actor/")):
+        assert metrics[stage][f"{prefix}grad_norm"] > 0 and metrics[stage].keys() == expected_metrics[stage].keys()
+        assert metrics[stage] == pytest.approx(expected_metrics[stage], rel=1e-5, abs=1e-7), stage
+    for role in ("actor", "critic"):
+        expected = torch.load(tmp_path / f"torchrun/checkpoints/global_step_1/{role}/model.pt", weights_only=True)
+        got = torch.load(tmp_path / f"ray/checkpoints/global_step_1/{role}/model.pt", weights_only=True)
+        assert expected.keys() == got.keys() and len(expected) > 10
+        for name in expected:
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=f"{role}: {name}")
     initial = load_causal_lm(random_model_dir).state_dict()
-    assert any(not torch.equal(initial[name], got[name]) for name in got), "the step changed no weight"
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+    actor = torch.load(tmp_path / "ray/checkpoints/global_step_1/actor/model.pt", weights_only=True)
+    assert any(not torch.equal(initial[name], actor[name]) for name in actor), "the step changed no actor weight"
 
 
-def test_a_killed_worker_is_named_and_the_last_checkpoint_stays_valid(local_ray, fast_overrides, tmp_path):
-    class KillRank1AtStep2(GRPOTrainer):
+def test_a_killed_worker_is_named_and_the_run_resumes_its_critic_too(local_ray, fast_overrides, tmp_path):
+    class KillRank1AtStep2(PPOTrainer):
         def generate(self, prompts):
             if self.global_step == 2:
                 ray.kill(self.actor_rollout.workers[1])
             return super().generate(prompts)
 
-    config = load_config("grpo", overrides(fast_overrides, "trainer.total_steps=3", "trainer.save_freq=1",
-                                           *RAY_WORKERS))
+    critic = {}  # the critic's weights just before and just after the resumed run loads its checkpoint
+
+    class RecordResume(PPOTrainer):
+        def resume(self):
+            critic["fresh"] = self.critic.engine.full_state_dict()
+            step = super().resume()
+            critic["resumed"] = self.critic.engine.full_state_dict()
+            return step
+
+    config = load_config("ppo", overrides(fast_overrides, "trainer.total_steps=3", "trainer.save_freq=1",
+                                          *RAY_WORKERS))
     with pytest.raises(WorkerDiedError, match="actor_rollout worker rank 1 of 2 died"):
         KillRank1AtStep2(config).fit()
     root = tmp_path / "out" / "checkpoints"
     assert latest_checkpoint(root) == root / "global_step_1"
     assert resolve_resume("auto", root) == root / "global_step_1"
-    resumed = GRPOTrainer(load_config("grpo", overrides(fast_overrides, "trainer.total_steps=3", "trainer.save_freq=1",
-                                                        "trainer.resume=auto", *RAY_WORKERS)))
+    resumed = RecordResume(load_config("ppo", overrides(fast_overrides, "trainer.total_steps=3", "trainer.save_freq=1",
+                                                       "trainer.resume=auto", *RAY_WORKERS)))
+    saved = torch.load(root / "global_step_1" / "critic" / "model.pt", weights_only=True)  # before pruning
     resumed.fit()  # a fresh group loads the checkpoint on every rank and finishes the run
     assert resumed.global_step == 3 and latest_checkpoint(root) == root / "global_step_3"
+    assert any(not torch.equal(critic["fresh"][name], saved[name]) for name in saved), "step 1 trained no critic weight"
+    for name in saved:
+        assert torch.equal(critic["resumed"][name], saved[name]), f"critic {name} was not restored"
 
 
 def test_workers_spread_over_a_two_node_cluster(fast_overrides, tmp_path):

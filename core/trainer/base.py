@@ -21,6 +21,7 @@ from core.reward.manager import reward_metrics
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
 from core.trainer.checkpoint import CheckpointManager, list_checkpoints
+from core.trainer.controllers import build_roles
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
 from core.trainer.setup import build_components
 from core.trainer.validation import validate
@@ -28,12 +29,14 @@ from core.trainer.workers import mini_batch_rows
 
 
 class BaseTrainer:
+    uses_critic = False  # PPO: a value model (`self.critic`) beside the actor, run by the same controller
+
     def __init__(self, config):
         self.config = config
-        parts = build_components(config, with_reference=self.uses_reference)
+        parts = build_components(config, build_roles, with_reference=self.uses_reference, with_critic=self.uses_critic)
         self.world, self.tokenizer = parts.world, parts.tokenizer
         self.train_loader, self.val_dataset = parts.train_loader, parts.val_dataset
-        self.actor_rollout = parts.actor_rollout
+        self.actor_rollout, self.critic = parts.actor_rollout, parts.critic
         self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
         self.tracking = parts.tracking
         self.resume_from = parts.resume_from

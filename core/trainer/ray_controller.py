@@ -1,11 +1,13 @@
-"""The Ray controller (DESIGN.md §2): one driver runs `fit`; the actor+rollout+ref role runs as a group
-of Ray actors, one per data-parallel rank, each joining one torch.distributed group (gloo on CPU,
-NCCL on GPU) so FSDP2 shards across them.
+"""The Ray controller (DESIGN.md §2): one driver runs `fit`; the roles run in a group of Ray actors, one
+per data-parallel rank, each joining one torch.distributed group (gloo on CPU, NCCL on GPU) so FSDP2
+shards across them. Each actor holds the actor+rollout+ref role and, when the recipe needs one,
+PPO's critic beside it on the same device, as verl colocates them.
 
-The group has the methods of `ActorRolloutRefWorker`, so the trainer does not know which controller
-runs it: a call splits the `Batch` into contiguous equal parts by rank (the same parts torchrun's
-ranks load), runs on every worker, and concatenates the results. Multi-node is a Ray cluster
-(`ray start --head` / `ray start --address=...`, then RAY_ADDRESS for the driver).
+The group has the methods of `ActorRolloutRefWorker` (and its `critic` those of `CriticWorker`), so
+the trainer does not know which controller runs it: a call splits the `Batch` into contiguous equal
+parts by rank (the same parts torchrun's ranks load), runs on every worker, and concatenates the
+results. Multi-node is a Ray cluster (`ray start --head` / `ray start --address=...`, then
+RAY_ADDRESS for the driver).
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ import socket
 from types import SimpleNamespace
 
 import ray
+import torch
 from omegaconf import OmegaConf
 
 from core.data.batch import Batch
+from core.engine.distributed import init_distributed
+from core.models.loading import load_tokenizer
 from core.rollout.base import SamplingParams, concat_rollouts
+from core.trainer.seed import seed_everything
+from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
-ROLE = "actor_rollout"
+ACTOR, CRITIC = "actor_rollout", "critic"
+ENGINE_ATTR = {ACTOR: "actor", CRITIC: "engine"}  # each role's training engine, as checkpoints see it
 
 
 class WorkerDiedError(RuntimeError):
@@ -39,7 +47,7 @@ class RankWorker:
     """One rank: sets torchrun's environment, joins the process group, builds the role's worker."""
 
     def __init__(self, rank: int, world_size: int):
-        self.rank, self.world_size, self.worker = rank, world_size, None
+        self.rank, self.world_size, self.roles = rank, world_size, {}
 
     def address(self) -> tuple[str, int]:
         with socket.socket() as sock:
@@ -50,62 +58,67 @@ class RankWorker:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def setup(self, master: tuple[str, int], config_container: dict, model_path: str, with_reference: bool) -> None:
-        from core.engine.distributed import init_distributed
-        from core.models.loading import load_tokenizer
-        from core.trainer.setup import seed_everything
-        from core.trainer.workers import ActorRolloutRefWorker
-
+    def setup(self, master: tuple[str, int], config_container: dict, model_path: str, with_reference: bool,
+              with_critic: bool) -> None:
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
                           MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
         config = OmegaConf.create(config_container)
-        import torch
-
         torch.set_num_threads(config.trainer.num_threads or 1)  # Ray gives each worker its CPUs; don't oversubscribe
         world = init_distributed(config.trainer.device)
         seed_everything(config.trainer.seed)  # every rank builds identical weights, as under torchrun
         tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
-        self.worker = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
+        self.roles = {ACTOR: ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)}
+        if with_critic:
+            self.roles[CRITIC] = CriticWorker(config, world)
 
-    def call(self, method: str, *args):
-        return getattr(self.worker, method)(*args)
+    def call(self, role: str, method: str, *args):
+        return getattr(self.roles[role], method)(*args)
 
-    def engine_call(self, method: str, *args):
-        return getattr(self.worker.actor, method)(*args)
+    def engine_call(self, role: str, method: str, *args):
+        return getattr(getattr(self.roles[role], ENGINE_ATTR[role]), method)(*args)
+
+    def hf_model_files(self, role: str) -> SimpleNamespace:
+        """What a checkpoint's hf/ dir is written from: the engine model's config and generation config."""
+        model = getattr(self.roles[role], ENGINE_ATTR[role]).model
+        return SimpleNamespace(config=model.config, generation_config=getattr(model, "generation_config", None))
 
 
 class RayWorkerGroup:
-    """`ActorRolloutRefWorker`'s interface over `num_workers` Ray actors (one per GPU, or per CPU slot)."""
+    """`ActorRolloutRefWorker`'s interface over `num_workers` Ray actors (one per GPU, or per CPU slot);
+    `critic`: `CriticWorker`'s interface over the same actors, or None when the recipe has no critic."""
 
-    def __init__(self, config, model_path: str, tokenizer, *, with_reference: bool, num_workers: int):
+    def __init__(self, config, model_path: str, tokenizer, *, with_reference: bool, with_critic: bool,
+                 num_workers: int):
         connect_ray()
         self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
         gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
         self.workers = [RankWorker.options(num_cpus=1, num_gpus=gpus).remote(rank, num_workers)
                         for rank in range(num_workers)]
-        master = self._gather([self.workers[0].address.remote()])[0]
+        master = self._gather(ACTOR, [self.workers[0].address.remote()])[0]
         container = OmegaConf.to_container(config, resolve=True)
-        self._gather([w.setup.remote(master, container, model_path, with_reference) for w in self.workers])
-        self.actor = RemoteEngine(self, model_path)
+        self._gather(ACTOR, [w.setup.remote(master, container, model_path, with_reference, with_critic)
+                             for w in self.workers])
+        self.actor = RemoteEngine(self, ACTOR)
+        self.critic = RayCritic(self) if with_critic else None
 
     # ---- the worker interface ---------------------------------------------------------------
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         parts = _contiguous_parts(prompts, self.num_workers)
-        refs = [worker.call.remote("generate", part, _rank_seeded(params, rank))
+        refs = [worker.call.remote(ACTOR, "generate", part, _rank_seeded(params, rank))
                 for rank, (worker, part) in enumerate(zip(self.workers, parts)) if len(part)]
-        return concat_rollouts(self._gather(refs), self.pad_token_id)
+        return concat_rollouts(self._gather(ACTOR, refs), self.pad_token_id)
 
     def compute_log_probs(self, batch: Batch) -> Batch:
-        return Batch.concat(self._run_split("compute_log_probs", batch))
+        return Batch.concat(self.run_split(ACTOR, "compute_log_probs", batch))
 
     def compute_ref_log_probs(self, batch: Batch) -> Batch:
-        return Batch.concat(self._run_split("compute_ref_log_probs", batch))
+        return Batch.concat(self.run_split(ACTOR, "compute_ref_log_probs", batch))
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
-        return self._run_split("update_policy", batch)[0]  # already averaged over ranks inside the group
+        return self.run_split(ACTOR, "update_policy", batch)[0]  # already averaged over ranks inside the group
 
     def sync_weights(self) -> None:
-        self._gather([worker.call.remote("sync_weights") for worker in self.workers])
+        self.run_all(ACTOR, "call", "sync_weights")
 
     def close(self) -> None:
         for worker in self.workers:
@@ -113,14 +126,18 @@ class RayWorkerGroup:
         self.workers = []
 
     # ---- dispatch ---------------------------------------------------------------------------
-    def _run_split(self, method: str, batch: Batch) -> list:
+    def run_split(self, role: str, method: str, batch: Batch) -> list:
         """Equal contiguous parts: FSDP's collectives need every rank to run the same micro-batches."""
-        return self._gather([worker.call.remote(method, part)
-                             for worker, part in zip(self.workers, batch.chunk(self.num_workers))])
+        return self._gather(role, [worker.call.remote(role, method, part)
+                                   for worker, part in zip(self.workers, batch.chunk(self.num_workers))])
 
-    def _gather(self, refs: list) -> list:
+    def run_all(self, role: str, worker_method: str, *args) -> list:
+        """`worker_method` (a `RankWorker` method taking the role first) on every worker, in rank order."""
+        return self._gather(role, [getattr(w, worker_method).remote(role, *args) for w in self.workers])
+
+    def _gather(self, role: str, refs: list) -> list:
         """Results in order; a dead worker stops the whole group at once (its peers would wait forever
-        in a collective) and raises an error naming its role and rank."""
+        in a collective) and raises an error naming the role it was running and its rank."""
         pending, results = list(refs), {}
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
@@ -129,35 +146,43 @@ class RayWorkerGroup:
             except ray.exceptions.RayActorError as error:
                 rank = refs.index(ready[0])
                 self.close()
-                raise WorkerDiedError(f"{ROLE} worker rank {rank} of {self.num_workers} died ({type(error).__name__}); "
+                raise WorkerDiedError(f"{role} worker rank {rank} of {self.num_workers} died ({type(error).__name__}); "
                                       "the group was shut down. The last checkpoint is intact: rerun with "
                                       "trainer.resume=auto") from error
         return [results[ref] for ref in refs]
 
 
+class RayCritic:
+    """`CriticWorker`'s interface over the group's actors, each holding its critic beside the actor."""
+
+    def __init__(self, group: RayWorkerGroup):
+        self.group, self.engine = group, RemoteEngine(group, CRITIC)
+
+    def compute_values(self, batch: Batch) -> Batch:
+        return Batch.concat(self.group.run_split(CRITIC, "compute_values", batch))
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        return self.group.run_split(CRITIC, "update_critic", batch)[0]  # averaged over ranks inside the group
+
+
 class RemoteEngine:
-    """The training engine of a group, as checkpoints see it: every rank takes part in a save or load."""
+    """A role's training engine in the group, as checkpoints see it: every rank takes part in a save or
+    load; `model` carries what the checkpoint's hf/ dir is written from, taken from rank 0."""
 
-    def __init__(self, group: RayWorkerGroup, model_path: str):
-        from transformers import AutoConfig, GenerationConfig
-
-        self.group = group
-        try:
-            generation_config = GenerationConfig.from_pretrained(model_path)
-        except OSError:
-            generation_config = None
-        self.model = SimpleNamespace(config=AutoConfig.from_pretrained(model_path), generation_config=generation_config)
+    def __init__(self, group: RayWorkerGroup, role: str):
+        self.group, self.role = group, role
+        self.model = group.run_all(role, "hf_model_files")[0]
 
     def checkpoint_state(self) -> dict:
-        return self.group._gather([w.engine_call.remote("checkpoint_state") for w in self.group.workers])[0]
+        return self.group.run_all(self.role, "engine_call", "checkpoint_state")[0]
 
     def load_checkpoint(self, directory) -> None:
         """Every worker reads the checkpoint itself: a multi-node cluster needs a shared filesystem,
         as torchrun does."""
-        self.group._gather([w.engine_call.remote("load_checkpoint", str(directory)) for w in self.group.workers])
+        self.group.run_all(self.role, "engine_call", "load_checkpoint", str(directory))
 
     def full_state_dict(self) -> dict:
-        return self.group._gather([w.engine_call.remote("full_state_dict") for w in self.group.workers])[0]
+        return self.group.run_all(self.role, "engine_call", "full_state_dict")[0]
 
 
 def _contiguous_parts(batch: Batch, n: int) -> list[Batch]:

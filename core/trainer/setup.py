@@ -1,15 +1,16 @@
 """Build what a trainer needs from a config: process group, model, data, roles, tracking.
 
-Kept out of `BaseTrainer` so the trainer file reads as the algorithm and this one as plumbing.
+Kept out of `BaseTrainer` so the trainer file reads as the algorithm and this one as plumbing. The
+roles come from the `build_roles` the trainer passes in (`core.trainer.controllers`): the
+controllers sit above this module, which never imports one.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
@@ -21,7 +22,8 @@ from core.models.loading import load_tokenizer, resolve_model_path
 from core.models.warmstart import default_cache_dir
 from core.tracking.tracker import Tracking, build_tracking
 from core.trainer.checkpoint import read_trainer_state, resolve_resume
-from core.trainer.workers import ActorRolloutRefWorker
+from core.trainer.seed import seed_everything
+from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
 
 @dataclass
@@ -31,17 +33,12 @@ class Components:
     train_loader: PromptLoader
     val_dataset: PromptDataset
     actor_rollout: ActorRolloutRefWorker  # or a RayWorkerGroup with the same methods
+    critic: CriticWorker | None  # or the Ray group's RayCritic; None for critic-free recipes
     tracking: Tracking
     resume_from: Path | None  # the checkpoint `trainer.resume` points at, None: a fresh run
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def build_components(config, with_reference: bool) -> Components:
+def build_components(config, build_roles: Callable, *, with_reference: bool, with_critic: bool) -> Components:
     trainer = config.trainer
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
@@ -62,19 +59,15 @@ def build_components(config, with_reference: bool) -> Components:
     train_set, val_set = build_datasets(config.data, tokenizer)
     loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,
                           shuffle=config.data.shuffle, rank=world.dp_rank, world_size=world.dp_size)
-    if ray_mode:
-        from core.trainer.ray_controller import RayWorkerGroup
-
-        actor_rollout = RayWorkerGroup(config, model_path, tokenizer, with_reference=with_reference, num_workers=dp_size)
-    else:
-        actor_rollout = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
+    roles = build_roles(config, world, model_path, tokenizer, with_reference=with_reference, with_critic=with_critic,
+                        num_workers=dp_size)
     resolved = OmegaConf.to_container(config, resolve=True)
     resolved["model"]["resolved_path"] = model_path
     # A resumed run continues its MLflow run, so the curves before and after the crash are one run.
     run_id = read_trainer_state(resume_from).get("mlflow_run_id") if resume_from and world.is_main else None
     tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank,
                               resume_run_id=run_id)
-    return Components(world, tokenizer, loader, val_set, actor_rollout, tracking, resume_from)
+    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, tracking, resume_from)
 
 
 def build_datasets(data, tokenizer) -> tuple[PromptDataset, PromptDataset]:

@@ -1,0 +1,30 @@
+"""`trainer.controller`: who runs the roles. Local: in this process (one per rank under torchrun);
+ray: a group of Ray actors driven from here. Above `setup`, which builds the process group, data
+and tracking and is handed `build_roles`, so setup never imports a controller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.engine.distributed import World
+from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
+
+
+@dataclass
+class Roles:
+    actor_rollout: ActorRolloutRefWorker  # or a RayWorkerGroup with the same methods
+    critic: CriticWorker | None  # or the group's RayCritic; None for critic-free recipes
+
+
+def build_roles(config, world: World, model_path: str, tokenizer, *, with_reference: bool, with_critic: bool,
+                num_workers: int) -> Roles:
+    """The actor+rollout+ref role and, if `with_critic`, PPO's critic on the same devices."""
+    if config.trainer.controller == "ray":
+        from core.trainer.ray_controller import RayWorkerGroup  # imported only here: ray is optional
+
+        group = RayWorkerGroup(config, model_path, tokenizer, with_reference=with_reference, with_critic=with_critic,
+                               num_workers=num_workers)
+        return Roles(group, group.critic)
+    actor_rollout = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
+    return Roles(actor_rollout, CriticWorker(config, world) if with_critic else None)
