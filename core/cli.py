@@ -5,17 +5,25 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
+import time
 from pathlib import Path
 
 from core.config import ConfigError, load_config
 
+DEBUG_HINT = "rerun with --debug (or RECIPEZOO_DEBUG=1) for the traceback"
+QUIET_RANK_WAIT_S = 10  # how long a rank other than 0 leaves rank 0 to report an error first
+
 
 def _user_input_errors() -> tuple[type[Exception], ...]:
+    """What bad input raises: the message names the file or key to fix, so a traceback would bury it."""
+    from core.data.dataset import DataError
     from core.reward.custom import CustomFunctionError
     from core.trainer.checkpoint import CheckpointError
+    from core.trainer.run_dir import RunDirError
 
-    return FileNotFoundError, CheckpointError, CustomFunctionError
+    return ConfigError, FileNotFoundError, DataError, CheckpointError, CustomFunctionError, RunDirError
 
 
 def load_trainer_class(spec: str):
@@ -53,17 +61,37 @@ def load_trainer_class(spec: str):
 
 def train(args: argparse.Namespace) -> int:
     config = load_config(args.recipe, args.overrides)
-    trainer_cls = load_trainer_class(config.trainer.cls)
     if args.dry_run or config.trainer.dry_run:
         from core.trainer.plan import format_plan, make_plan
 
-        print(format_plan(make_plan(config)), flush=True)
+        plan = make_plan(config)  # validates at the world the config asks for
+        load_trainer_class(config.trainer.cls)
+        print(format_plan(plan), flush=True)
         return 0
+    from core.config.validate import validate_config
+    from core.reward.build import custom_function
+    from core.trainer.run_dir import claimed_run_dirs
+
+    # Everything the user can get wrong fails here, before an MLflow run, an output dir or a model exists.
+    validate_config(config)
+    trainer_cls = load_trainer_class(config.trainer.cls)
+    custom_function(config.reward.custom_function)  # a reward file that fails to import
+    if _rank() != 0:  # rank 0 owns the output dir and writes the checkpoints
+        return _fit(trainer_cls, config)
+    with claimed_run_dirs(config.trainer.output_dir, config.trainer.checkpoint_dir, config.trainer.save_freq > 0):
+        return _fit(trainer_cls, config)
+
+
+def _fit(trainer_cls, config) -> int:
     trainer = trainer_cls(config)
     trainer.fit()
     if trainer.world.is_main and len(trainer.val_history) >= 2:
         print(improvement_summary(trainer.val_history), flush=True)
     return 0
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))  # set by torchrun; absent in a single process
 
 
 def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
@@ -101,8 +129,12 @@ def leaderboard(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recipezoo", description=__doc__)
+    debug_help = "on an error, print the full traceback instead of one line (= RECIPEZOO_DEBUG=1)"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
     commands = parser.add_subparsers(dest="command", required=True)
     train_parser = commands.add_parser("train", help="run an RL recipe")
+    # SUPPRESS: without it the subcommand's default False would overwrite `recipezoo --debug train`.
+    train_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     train_parser.add_argument("--recipe", default="grpo", help="recipe name (recipes/<name>) or a config .yaml path")
     train_parser.add_argument("--dry-run", action="store_true",
                               help="check the config and data, print the plan, train nothing (= trainer.dry_run=true)")
@@ -143,14 +175,34 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides += extra
+    if args.debug or os.environ.get("RECIPEZOO_DEBUG", "") not in ("", "0"):
+        return args.handler(args)
     try:
         return args.handler(args)
-    except ConfigError as error:
-        print(f"recipezoo: config error: {error}", file=sys.stderr)
-        return 2
-    except _user_input_errors() as error:  # the message names the file or key to fix; a traceback would bury it
-        print(f"recipezoo: {error}", file=sys.stderr)
-        return 2
+    except _user_input_errors() as error:
+        what = "config error: " if isinstance(error, ConfigError) else ""
+        return _report(f"{what}{_one_line(error)}", code=2)
+    except Exception as error:  # noqa: BLE001 - a bug or an environment problem: one line, the traceback on request
+        return _report(f"{type(error).__name__}: {_one_line(error)} — {DEBUG_HINT}", code=1)
+
+
+def _report(message: str, code: int) -> int:
+    """Print one line. Under torchrun every rank meets the same bad input: rank 0 reports it, and torchrun
+    stops the other ranks while they wait here, so the user reads one line. An error of one other rank
+    alone is still printed, once its wait is over."""
+    rank = _rank()
+    if rank != 0:
+        time.sleep(QUIET_RANK_WAIT_S)
+        message = f"rank {rank}: {message}"
+    print(f"recipezoo: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _one_line(error: BaseException) -> str:
+    cause = getattr(error, "cause", None)  # a Ray task error carries the worker's exception
+    error = cause if isinstance(cause, BaseException) else error
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return " ".join(lines) if len(lines) <= 3 else lines[0]
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Checkpoints: exact resume, a crash during save, keep-last-k, and `recipezoo merge`."""
 
+import errno
+import os
 import random
 import subprocess
 import sys
@@ -160,3 +162,68 @@ def test_rng_state_round_trips_through_a_weights_only_load(tmp_path):
     expected = (random.random(), np.random.rand(), torch.rand(1).item())
     restore_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+# ---- bad checkpoints and checkpoint dirs fail before step 1 -----------------------------------------
+def fake_checkpoint(root, step):
+    """The files a checkpoint holds, with small contents (only their integrity is checked here)."""
+    path = root / f"global_step_{step}"
+    for name in ("actor/model.pt", "actor/optimizer.pt", "actor/scheduler.pt", "trainer_state.pt"):
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"weights": torch.zeros(64)}, path / name)
+    (root / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return path
+
+
+def test_a_truncated_latest_checkpoint_names_the_file_and_offers_the_previous_one(fast_overrides, tmp_path, capsys):
+    root = tmp_path / "checkpoints"
+    previous = fake_checkpoint(root, 2)
+    weights = fake_checkpoint(root, 4) / "actor" / "model.pt"
+    weights.write_bytes(weights.read_bytes()[:100])  # a copy cut short
+    with pytest.raises(CheckpointError) as info:
+        resolve_resume("auto", root)
+    assert f"{weights} is truncated or corrupt" in str(info.value)
+    assert f"resume from the previous checkpoint with trainer.resume={previous}" in str(info.value)
+    code = cli_main(["train", "--recipe", "grpo", *fast_overrides, f"trainer.checkpoint_dir={root}",
+                     "trainer.resume=auto"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"recipezoo: {weights} is truncated or corrupt" in err and "Traceback" not in err
+
+
+def test_the_only_checkpoint_truncated_says_to_start_fresh(tmp_path):
+    weights = fake_checkpoint(tmp_path, 2) / "trainer_state.pt"
+    weights.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no earlier checkpoint under .*: start fresh with trainer.resume=disable"):
+        resolve_resume("auto", tmp_path)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path, monkeypatch):
+    path = tmp_path / "read-only"
+    path.mkdir()
+    path.chmod(0o555)
+    if os.access(path, os.W_OK):  # root ignores modes: refuse as a read-only mount would
+        real_mkdir = os.mkdir
+
+        def mkdir(target, *args, **kwargs):
+            if str(target).startswith(str(path)):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(target))
+            return real_mkdir(target, *args, **kwargs)
+
+        monkeypatch.setattr(os, "mkdir", mkdir)
+    yield path
+    path.chmod(0o755)
+
+
+def test_a_read_only_checkpoint_dir_fails_before_the_trainer_is_built(fast_overrides, read_only_dir, tmp_path,
+                                                                      monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a read-only checkpoint dir must fail before the trainer is built")
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", refuse)
+    checkpoints = read_only_dir / "checkpoints"
+    code = cli_main(["train", "--recipe", "grpo", *fast_overrides, f"trainer.checkpoint_dir={checkpoints}"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"recipezoo: trainer.checkpoint_dir={checkpoints} is not writable (" in err
+    assert "set trainer.save_freq=0" in err and len(err.strip().splitlines()) == 1

@@ -30,6 +30,11 @@ logger = logging.getLogger(__name__)
 SUFFIXES = (".parquet", ".jsonl")
 TRUNCATION_MODES = ("error", "filter", "left", "right")
 _MISSING = object()
+REGENERATE_HINT = "regenerate it in verl's schema, e.g. `recipezoo data gsm8k --out DIR`"
+
+
+class DataError(ValueError):
+    """A data file the user must fix; the message names the file and what to do."""
 
 
 @dataclass
@@ -52,8 +57,13 @@ def read_rows(path: str | os.PathLike) -> list[dict]:
             f"{path}: no such file (relative paths resolve from {os.getcwd()}); "
             f"check data.train_files / data.val_files"
         )
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: the file is empty (0 bytes) — {REGENERATE_HINT}")
     if path.suffix == ".parquet":
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as error:  # truncated, or not parquet at all
+            raise DataError(f"{path}: not a readable parquet file ({error}) — {REGENERATE_HINT}") from None
     rows = []
     with path.open(encoding="utf-8") as f:
         for line_number, line in enumerate(f, start=1):
@@ -62,8 +72,8 @@ def read_rows(path: str | os.PathLike) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"{path}:{line_number}: not valid JSON ({error.msg}); each line must be one JSON object (a row)"
+                raise DataError(
+                    f"{path}:{line_number}: not valid JSON ({error.msg}) — each line must be one JSON object (a row)"
                 ) from None
     return rows
 
@@ -94,7 +104,7 @@ def get_field(row: dict, dotted_key: str, default=_MISSING):
 
 def _check_suffix(path: Path) -> None:
     if path.suffix not in SUFFIXES:
-        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use one of {list(SUFFIXES)}")
+        raise DataError(f"{path}: unsupported file type {path.suffix!r} — use one of {list(SUFFIXES)}")
 
 
 # ---- the dataset --------------------------------------------------------------------------------
@@ -132,9 +142,9 @@ class PromptDataset:
         for file_path in paths:
             self.items += self._load_file(Path(file_path), first_index=len(self.items) + self.num_filtered)
         if not self.items:
-            raise ValueError(
+            raise DataError(
                 f"{', '.join(str(p) for p in paths)}: every prompt is longer than "
-                f"{config_prefix}.max_prompt_length={max_prompt_length}, so none is left; raise it"
+                f"{config_prefix}.max_prompt_length={max_prompt_length}, so none is left — raise it"
             )
 
     def __len__(self) -> int:
@@ -155,7 +165,7 @@ class PromptDataset:
     def _load_file(self, path: Path, first_index: int) -> list[PromptItem]:
         rows = read_rows(path)
         if not rows:
-            raise ValueError(f"{path}: the file has no rows")
+            raise DataError(f"{path}: the file has no rows — {REGENERATE_HINT}")
         prompts = self._column(rows, path, self.prompt_key, "prompt_key")
         messages = [_as_messages(prompt, path, i, self.prompt_key) for i, prompt in enumerate(prompts)]
         ground_truths = self._column(rows, path, self.ground_truth_key, "ground_truth_key")
@@ -189,15 +199,16 @@ class PromptDataset:
             where, fix = " (it names the reward scorer)", "; add it to every row"
         if len(missing) == len(rows):
             found = _found_fields(rows[0], key)
-            raise ValueError(f"{path}: rows have no field {key!r}{where}; found fields {found}{fix}")
-        raise ValueError(
+            raise DataError(f"{path}: rows have no field {key!r}{where}; found fields {found}{fix}")
+        raise DataError(
             f"{path}: {len(missing)} of {len(rows)} rows have no field {key!r}{where} "
             f"(first: row {missing[0]}, which has fields {_found_fields(rows[missing[0]], key)}){fix}"
         )
 
     def _tokenize(self, messages: list[list[dict]]) -> list[list[int]]:
         if getattr(self.tokenizer, "chat_template", None) is None:
-            raise ValueError("the tokenizer has no chat_template; prompts are chat messages and need one")
+            raise DataError("the tokenizer of model.path has no chat_template — prompts are chat messages and need "
+                            "one: use a chat (instruct) model or set tokenizer.chat_template")
         # Template to text, then tokenize ourselves: the text already holds the special tokens, and
         # apply_chat_template(tokenize=True) changed its return type across transformers versions.
         texts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
@@ -212,7 +223,7 @@ class PromptDataset:
         prefix = self.config_prefix
         if self.truncation == "error":
             longest = max(len(prompt_ids[i]) for i in long_rows)
-            raise ValueError(
+            raise DataError(
                 f"{prefix}.max_prompt_length={limit} but {len(long_rows)} prompts in {path} are longer "
                 f"(max {longest}); raise it or set {prefix}.truncation=filter"
             )
@@ -246,9 +257,9 @@ def _as_messages(prompt, path: Path, row: int, key: str) -> list[dict]:
         isinstance(m, dict) and "role" in m and "content" in m for m in prompt
     ):
         return [dict(m) for m in prompt]
-    raise ValueError(
+    raise DataError(
         f"{path} row {row}: field {key!r} must be a string or a list of {{role, content}} messages, "
-        f"got {type(prompt).__name__}"
+        f"got {type(prompt).__name__} — {REGENERATE_HINT}"
     )
 
 

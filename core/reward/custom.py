@@ -48,7 +48,7 @@ def load_custom_function(path: str, name: str) -> Callable:
         return _LOADED[(str(file), name)]
     if not file.is_file():
         raise CustomFunctionError(
-            f"{PATH_KEY}={path}: no such file (resolved to {file}); set it to an existing .py file "
+            f"{PATH_KEY}={path}: no such file (resolved to {file}) — set it to an existing .py file "
             f"that defines {name}(data_source, solution_str, ground_truth, extra_info=None)"
         )
     module = _import_file(file)
@@ -76,7 +76,7 @@ def _import_file(file: Path):
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None:
-        raise CustomFunctionError(f"{PATH_KEY}={file}: not a python file; point it at a .py file")
+        raise CustomFunctionError(f"{PATH_KEY}={file}: not a python file — point it at a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # before running it: dataclasses in the file look it up
     try:
@@ -84,13 +84,13 @@ def _import_file(file: Path):
     except SyntaxError as error:
         del sys.modules[module_name]
         raise CustomFunctionError(
-            f"{PATH_KEY}={file}: syntax error at line {error.lineno}: {error.msg}; fix the file "
+            f"{PATH_KEY}={file}: syntax error at line {error.lineno}: {error.msg} — fix the file "
             f"(or point {PATH_KEY} at another one)"
         ) from error
     except Exception as error:
         del sys.modules[module_name]
         raise CustomFunctionError(
-            f"{PATH_KEY}={file}: importing the file raised {type(error).__name__}: {error}; fix the "
+            f"{PATH_KEY}={file}: importing the file raised {type(error).__name__}: {error} — fix the "
             f"file or install what it imports"
         ) from error
     return module

@@ -22,6 +22,7 @@ import os
 import random
 import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -69,8 +70,36 @@ def resolve_resume(resume: str | None, root: Path) -> Path | None:
     if resume in (None, "", "disable"):
         return None
     if resume == "auto":
-        return latest_checkpoint(root)
-    return find_checkpoint(Path(resume).expanduser(), "trainer.resume", f"`auto` (latest under {root}), `disable`")
+        found = latest_checkpoint(root)
+    else:
+        found = find_checkpoint(Path(resume).expanduser(), "trainer.resume", f"`auto` (latest under {root}), `disable`")
+    if found is not None:
+        verify_checkpoint(found)
+    return found
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Every file `torch.save` wrote must be whole: a truncated one (a full disk, a copy cut short) fails
+    here, before any model loads, naming the file and the checkpoint to fall back to.
+
+    A torch.save file is a zip archive whose index sits at its very end, so opening it reads only the
+    index and catches truncation without reading the weights.
+    """
+    for file in sorted(path.rglob("*.pt")):
+        try:
+            with zipfile.ZipFile(file):
+                pass
+        except (zipfile.BadZipFile, OSError) as error:
+            raise CheckpointError(f"{file} is truncated or corrupt ({error}) — {_fallback_hint(path)}") from None
+
+
+def _fallback_hint(bad: Path) -> str:
+    match = STEP_DIR.fullmatch(bad.name)
+    step = int(match.group(1)) if match else None
+    earlier = [path for other, path in list_checkpoints(bad.parent) if step is None or other < step]
+    if earlier:
+        return f"resume from the previous checkpoint with trainer.resume={earlier[-1]} (or delete {bad})"
+    return f"no earlier checkpoint under {bad.parent}: start fresh with trainer.resume=disable"
 
 
 def find_checkpoint(path: Path, what: str, alternatives: str = "") -> Path:

@@ -11,41 +11,22 @@ import importlib.util
 import math
 from pathlib import Path
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
-from core.algos.advantages import ADV_ESTIMATORS
-from core.algos.aggregation import AGG_MODES
-from core.algos.kl import KL_ESTIMATORS
-from core.algos.policy_loss import POLICY_LOSSES
 from core.config import ConfigError
-from core.data.dataset import TRUNCATION_MODES, get_field, read_rows
+from core.config.validate import CONTROLLER_PACKAGES, ROLLOUT_PACKAGES, planned_world, validate_config
+from core.data.dataset import get_field, read_rows
 from core.models.fetch import PYPI_PREFIX, FetchError, describe_pypi_model
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
-from core.trainer.setup import check_batch_sizes, data_files
+from core.trainer.setup import data_files
 
-# Every name a key accepts, with None when it works today and else why the real run would stop.
-ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
-CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
 PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR`"
 _MISSING = object()
 
 
 def make_plan(config) -> dict:
     """Check every value a run depends on and return the plan as plain data (see `format_plan`)."""
-    try:
-        resolved = OmegaConf.to_container(config, resolve=True)  # a broken ${...} fails here
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"cannot resolve the config: {error}") from None
-    check_choices(config)
-    check_positive(config)
+    world, source = planned_world(config)
+    resolved = validate_config(config, world=(world, source))  # the real run's check, at the world it asks for
     data, actor, rollout, trainer = config.data, config.actor, config.rollout, config.trainer
-    world = trainer.nnodes * trainer.n_gpus_per_node
-    try:
-        check_batch_sizes(config, world)  # the real run's check, at the world the run asks for
-    except ValueError as error:
-        raise ConfigError(f"{error} (trainer.nnodes={trainer.nnodes} × trainer.n_gpus_per_node="
-                          f"{trainer.n_gpus_per_node})") from None
     train_rows = check_data_schema(data_files_or_error(data, "train"), data.prompt_key, data.ground_truth_key,
                                    files_key="data.train_files")
     val_rows = check_data_schema(data_files_or_error(data, "val"), data.prompt_key, data.ground_truth_key,
@@ -101,37 +82,6 @@ def make_plan(config) -> dict:
                  "fields": ["data_source", data.prompt_key, data.ground_truth_key]},
         "notes": notes,
     }
-
-
-def check_choices(config) -> None:
-    """Keys that take a name: an unknown one fails here, with the names that work."""
-    choices = {
-        "rollout.name": list(ROLLOUT_PACKAGES),
-        "trainer.controller": list(CONTROLLER_PACKAGES),
-        "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
-        "actor.policy_loss": POLICY_LOSSES.names(),
-        "actor.loss_agg_mode": AGG_MODES.names(),
-        "critic.loss_agg_mode": AGG_MODES.names(),
-        "actor.kl_loss_type": KL_ESTIMATORS.names(),
-        "algorithm.kl_penalty": KL_ESTIMATORS.names(),
-        "data.truncation": list(TRUNCATION_MODES),
-        "actor.mixed_precision": ["auto", "bf16", "fp32"],
-        "trainer.device": ["auto", "cpu", "cuda"],
-    }
-    for key, valid in choices.items():
-        value = OmegaConf.select(config, key)
-        if value not in valid:
-            raise ConfigError(f"{key}={value!r} is not one of {valid}")
-
-
-def check_positive(config) -> None:
-    keys = ["data.train_batch_size", "data.max_prompt_length", "data.max_response_length", "rollout.n",
-            "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "trainer.total_steps",
-            "trainer.nnodes", "trainer.n_gpus_per_node", "critic.ppo_epochs", "critic.micro_batch_size"]
-    for key in keys:
-        value = OmegaConf.select(config, key)
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{key}={value!r}; it must be a positive integer")
 
 
 def model_source(path: str) -> str:

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 from omegaconf import OmegaConf
 
+from core.config.validate import check_batch_sizes
 from core.data.dataset import PromptDataset
 from core.data.loader import PromptLoader
 from core.data.sources import resolve_data_files
@@ -86,17 +87,3 @@ def data_files(data, split: str) -> list[str]:
     cache = default_cache_dir() / "data"
     cache.mkdir(parents=True, exist_ok=True)
     return resolve_data_files(data.train_files if split == "train" else data.val_files, split, cache)
-
-
-def check_batch_sizes(config, world_size: int) -> None:
-    """Fail before any model loads when batch sizes cannot split over ranks and mini-batches."""
-    data, actor = config.data, config.actor
-    if data.train_batch_size % world_size:
-        raise ValueError(f"data.train_batch_size={data.train_batch_size} must be divisible by the "
-                         f"number of ranks ({world_size})")
-    if data.train_batch_size % actor.ppo_mini_batch_size:
-        raise ValueError(f"data.train_batch_size={data.train_batch_size} must be a multiple of "
-                         f"actor.ppo_mini_batch_size={actor.ppo_mini_batch_size}")
-    if actor.ppo_mini_batch_size * config.rollout.n % world_size:
-        raise ValueError(f"actor.ppo_mini_batch_size × rollout.n = {actor.ppo_mini_batch_size * config.rollout.n} "
-                         f"sequences must split evenly over {world_size} ranks")

@@ -1,0 +1,250 @@
+"""One check of a resolved config before anything starts: types, ranges and cross-field rules.
+
+`recipezoo train` runs it before the trainer is built, so a bad config creates no MLflow run and no
+output dir; `--dry-run` runs the same check at the world size the config asks for. A failure is one
+`ConfigError` line naming the key, the value and what is expected.
+
+Types come from base.yaml: a key whose default is an integer takes an integer, a float default takes
+any number, and so on. Only the keys whose default cannot tell (null defaults, keys that take two
+kinds of value) are listed in `KINDS_BEYOND_DEFAULT`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from core.algos.advantages import ADV_ESTIMATORS
+from core.algos.aggregation import AGG_MODES
+from core.algos.kl import KL_ESTIMATORS
+from core.algos.policy_loss import POLICY_LOSSES
+from core.config import CONFIG_DIR, ConfigError
+from core.data.dataset import TRUNCATION_MODES
+from core.reward.build import GSM8K_METHODS, MANAGERS
+from core.tracking.tracker import backend_names
+
+ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
+CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
+GROUP_ESTIMATORS = ("grpo", "rloo")  # advantages that compare the n samples of one prompt
+
+KINDS = {  # kind -> (how an error names it, the test)
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "number": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "dict": ("a mapping", lambda v: isinstance(v, dict)),
+    "null": ("null", lambda v: v is None),
+}
+KINDS_BEYOND_DEFAULT = {
+    "model.gguf_file": ("str", "null"),
+    "critic.model_path": ("str", "null"),
+    "tracking.uri": ("str", "null"),
+    "reward.custom_function.path": ("str", "null"),
+    "trainer.resume": ("str", "null"),  # disable | auto | a checkpoint path
+    "data.val_max_samples": ("int", "null"),  # null = all
+    "actor.micro_batch_tokens": ("int", "null"),
+    "rollout.max_model_len": ("int", "null"),
+    "data.train_files": ("str", "list"),  # one file or a list of them
+    "data.val_files": ("str", "list"),
+    "tracking.backends": ("str", "list"),  # a bare name is a one-element list
+    "actor.remove_padding": ("str", "bool"),  # auto | true | false
+    "actor.compile_layers": ("str", "bool"),
+}
+RANGES = {  # key -> the valid range, as the error states it
+    **dict.fromkeys([
+        "data.train_batch_size", "data.max_prompt_length", "data.max_response_length", "data.val_max_samples",
+        "rollout.n", "rollout.val_n", "rollout.tensor_model_parallel_size", "rollout.max_model_len",
+        "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "actor.micro_batch_tokens",
+        "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
+        "reward.num_workers", "algorithm.filter_groups.max_num_gen_batches", "trainer.total_steps",
+        "trainer.nnodes", "trainer.n_gpus_per_node"], "≥ 1"),
+    **dict.fromkeys([  # 0 means off, all, or the library's default
+        "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
+        "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
+        "actor.kl_loss_coef", "critic.warmup_steps", "critic.weight_decay", "critic.cliprange_value",
+        "algorithm.kl_coef", "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
+        "trainer.max_ckpt_to_keep", "trainer.critic_warmup", "trainer.num_threads", "trainer.seed"], "≥ 0"),
+    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s"], "> 0"),
+    **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization"], "in (0, 1]"),
+    **dict.fromkeys(["algorithm.gamma", "algorithm.lam"], "in [0, 1]"),
+}
+RANGE_TESTS = {"≥ 1": lambda v: v >= 1, "≥ 0": lambda v: v >= 0, "> 0": lambda v: v > 0,
+               "in (0, 1]": lambda v: 0 < v <= 1, "in [0, 1]": lambda v: 0 <= v <= 1}
+_MISSING = object()
+
+
+def validate_config(config, world: tuple[int, str] | None = None) -> dict:
+    """Raise `ConfigError` at the first problem; return the resolved config as plain data.
+
+    `world`: (number of training ranks, where that number comes from); default: this launch's
+    (`launch_world`). The dry run passes the world the config asks for (`planned_world`).
+    """
+    try:
+        resolved = OmegaConf.to_container(config, resolve=True)  # a broken ${...} fails here
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot resolve the config: {error}") from None
+    check_types(resolved)
+    check_choices(resolved)
+    check_ranges(resolved)
+    size, source = world or launch_world(resolved)
+    check_parallelism(resolved, size, source)
+    check_batch_sizes(resolved, size // resolved["actor"]["tensor_parallel_size"], source)
+    check_algorithm(resolved)
+    return resolved
+
+
+def launch_world(config) -> tuple[int, str]:
+    """The training ranks this launch has: Ray's workers, torchrun's processes, or this one process."""
+    trainer = config["trainer"]
+    if trainer["controller"] == "ray":
+        return planned_world(config)
+    if "WORLD_SIZE" in os.environ:
+        size = int(os.environ["WORLD_SIZE"])
+        return size, f"torchrun's WORLD_SIZE={size}"
+    return 1, "one process: not under torchrun"
+
+
+def planned_world(config) -> tuple[int, str]:
+    """The training ranks the config asks for (what the dry run plans and the Ray controller starts)."""
+    nnodes, gpus = config["trainer"]["nnodes"], config["trainer"]["n_gpus_per_node"]
+    return nnodes * gpus, f"trainer.nnodes={nnodes} × trainer.n_gpus_per_node={gpus}"
+
+
+def check_types(resolved: dict) -> None:
+    base = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "base.yaml"))
+    for key, default in _leaves(base):
+        kinds = KINDS_BEYOND_DEFAULT.get(key) or ((_kind_of(default),) if default is not None else None)
+        value = lookup(resolved, key)
+        if kinds is None or value is _MISSING or any(KINDS[kind][1](value) for kind in kinds):
+            continue
+        expected = " or ".join(KINDS[kind][0] for kind in kinds)
+        example = f", e.g. {key}={_yaml(default)} (base.yaml's default)" if default is not None else ""
+        raise ConfigError(f"{key}={value!r} is {_kind_name(value)} — expected {expected}{example}")
+
+
+def check_choices(resolved: dict) -> None:
+    """Keys that take a name: an unknown one fails with the names that work."""
+    choices = {
+        "rollout.name": list(ROLLOUT_PACKAGES),
+        "trainer.controller": list(CONTROLLER_PACKAGES),
+        "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
+        "actor.policy_loss": POLICY_LOSSES.names(),
+        "actor.loss_agg_mode": AGG_MODES.names(),
+        "critic.loss_agg_mode": AGG_MODES.names(),
+        "actor.kl_loss_type": KL_ESTIMATORS.names(),
+        "algorithm.kl_penalty": KL_ESTIMATORS.names(),
+        "data.truncation": list(TRUNCATION_MODES),
+        "actor.mixed_precision": ["auto", "bf16", "fp32"],
+        "actor.recompute_old_log_probs": ["auto", "always"],
+        "actor.remove_padding": ["auto", True, False],
+        "actor.compile_layers": ["auto", True, False],
+        "trainer.device": ["auto", "cpu", "cuda"],
+        "reward.manager": list(MANAGERS),
+        "reward.gsm8k_method": list(GSM8K_METHODS),
+    }
+    for key, valid in choices.items():
+        value = lookup(resolved, key)
+        if value not in valid:
+            raise ConfigError(f"{key}={value!r} is not one of {valid} — set {key} to one of them")
+    try:
+        backend_names(resolved["tracking"])
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def check_ranges(resolved: dict) -> None:
+    for key, valid in RANGES.items():
+        value = lookup(resolved, key)
+        if value is not None and value is not _MISSING and not RANGE_TESTS[valid](value):
+            raise ConfigError(f"{key}={value!r} is out of range — expected {valid}")
+
+
+def check_parallelism(resolved: dict, world_size: int, source: str) -> None:
+    """Tensor-parallel groups must tile the ranks (actor) and the GPUs (rollout engines)."""
+    trainer, actor_tp = resolved["trainer"], resolved["actor"]["tensor_parallel_size"]
+    rollout, rollout_tp = resolved["rollout"]["name"], resolved["rollout"]["tensor_model_parallel_size"]
+    if actor_tp > 1 and trainer["controller"] == "ray":
+        raise ConfigError(f"actor.tensor_parallel_size={actor_tp} with trainer.controller=ray — tensor parallel "
+                          "training runs under trainer.controller=local (torchrun) only; set it to 1 under Ray")
+    if world_size % actor_tp:
+        raise ConfigError(f"actor.tensor_parallel_size={actor_tp} does not divide the {world_size} training "
+                          f"rank(s) ({source}) — expected a divisor of {world_size}, or run on a multiple of "
+                          f"{actor_tp} ranks")
+    if rollout == "vllm" and world_size % rollout_tp:  # each engine spans that many ranks, one GPU each
+        raise ConfigError(f"rollout.tensor_model_parallel_size={rollout_tp} does not divide the {world_size} "
+                          f"rank(s) ({source}) — expected a divisor of {world_size}: each vLLM engine spans "
+                          f"{rollout_tp} ranks")
+    if rollout == "sglang" and trainer["n_gpus_per_node"] % rollout_tp:  # one engine process per node's GPUs
+        raise ConfigError(f"rollout.tensor_model_parallel_size={rollout_tp} does not divide "
+                          f"trainer.n_gpus_per_node={trainer['n_gpus_per_node']} — expected a divisor of it")
+
+
+def check_batch_sizes(config, world_size: int, source: str = "") -> None:
+    """Batch sizes must split over the data-parallel ranks and into whole mini-batches."""
+    prompts, mini = config["data"]["train_batch_size"], config["actor"]["ppo_mini_batch_size"]
+    sequences = mini * config["rollout"]["n"]
+    where = f" ({source})" if source else ""
+    if prompts % world_size:
+        raise ConfigError(f"data.train_batch_size={prompts} must be divisible by the number of ranks "
+                          f"({world_size}){where} — use a multiple of {world_size}")
+    if prompts % mini:
+        raise ConfigError(f"data.train_batch_size={prompts} must be a multiple of actor.ppo_mini_batch_size="
+                          f"{mini} — set actor.ppo_mini_batch_size to a divisor of {prompts}")
+    if sequences % world_size:
+        raise ConfigError(f"actor.ppo_mini_batch_size × rollout.n = {sequences} sequences must split evenly over "
+                          f"{world_size} ranks{where} — make that product a multiple of {world_size}")
+
+
+def check_algorithm(resolved: dict) -> None:
+    n, estimator = resolved["rollout"]["n"], resolved["algorithm"]["adv_estimator"]
+    if estimator in GROUP_ESTIMATORS and n < 2:
+        raise ConfigError(f"rollout.n={n} with algorithm.adv_estimator={estimator} — expected rollout.n ≥ 2: "
+                          "its advantage compares the samples of one prompt, so it needs groups of two or more")
+    buffer, max_response = resolved["reward"]["overlong_buffer"], resolved["data"]["max_response_length"]
+    if buffer["enable"] and buffer["len"] >= max_response:
+        raise ConfigError(f"reward.overlong_buffer.len={buffer['len']} with data.max_response_length="
+                          f"{max_response} — expected a buffer shorter than the response length")
+
+
+def lookup(tree: dict, dotted: str):
+    """`tree["a"]["b"]` for "a.b"; `_MISSING` when a level is absent."""
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _MISSING
+        tree = tree[part]
+    return tree
+
+
+def _leaves(tree: dict, prefix: str = ""):
+    """(dotted key, default) of every value in base.yaml; an empty mapping (tags) is a leaf."""
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _kind_of(default) -> str:
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, int):
+        return "int"
+    return {float: "number", str: "str", list: "list", dict: "dict"}[type(default)]
+
+
+def _kind_name(value) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list",
+             dict: "a mapping", type(None): "null"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _yaml(value) -> str:
+    """A default as it is written in an override."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)
