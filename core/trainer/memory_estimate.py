@@ -1,0 +1,78 @@
+"""Will the run fit? Device memory per GPU, estimated from the config before any model loads.
+
+What stays resident on each GPU through a step (FSDP2 shards it over every rank):
+- the actor: fp32 master weights, fp32 gradients and AdamW's two fp32 moments = 16 bytes a parameter;
+- the reference policy (when KL is used): fp32 weights, 4 bytes a parameter;
+- PPO's critic: 16 bytes a parameter, like the actor;
+with `actor.cpu_offload` these live in host memory instead. The rollout engine takes
+`rollout.gpu_memory_utilization` of the device while it generates (its weights, bf16, must fit in
+that share with room for a KV cache). Activations come on top and depend on micro-batching, so the
+check leaves 10% of the device for them and for CUDA's own context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024 ** 3
+TRAINING_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW exp_avg + exp_avg_sq
+REFERENCE_BYTES_PER_PARAM = 4
+ROLLOUT_BYTES_PER_PARAM = 2  # bf16 engine weights
+HEADROOM = 0.10  # activations, CUDA context, fragmentation
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    params: int
+    ranks: int
+    resident_gib: float  # training state per GPU, held through generation too
+    rollout_gib: float  # the engine's share while it generates (0 for the HF backend)
+    rollout_weights_gib: float  # the engine's bf16 weights per GPU
+
+    @property
+    def peak_gib(self) -> float:
+        return self.resident_gib + self.rollout_gib
+
+    def summary(self) -> str:
+        return (f"{self.params / 1e9:.2f}B parameters over {self.ranks} GPU(s): ≈ {self.resident_gib:.1f} GiB of "
+                f"training state + {self.rollout_gib:.1f} GiB for the rollout engine = {self.peak_gib:.1f} GiB "
+                "per GPU before activations")
+
+
+def count_parameters(model_path: str, trust_remote_code: bool = False) -> int:
+    """Exact parameter count of `model_path`'s architecture, built on the meta device (no memory)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return sum(p.numel() for p in model.parameters())
+
+
+def estimate(config, params: int, ranks: int, device_gib: float, *, with_reference: bool, with_critic: bool) -> MemoryEstimate:
+    shards = max(ranks, 1)
+    per_param = 0 if config.actor.cpu_offload else TRAINING_BYTES_PER_PARAM
+    per_param += REFERENCE_BYTES_PER_PARAM if with_reference and not config.actor.cpu_offload else 0
+    per_param += TRAINING_BYTES_PER_PARAM if with_critic and not config.actor.cpu_offload else 0
+    engine = config.rollout.name in ("vllm", "sglang")
+    tp = config.rollout.tensor_model_parallel_size
+    return MemoryEstimate(
+        params=params, ranks=ranks, resident_gib=params * per_param / shards / GIB,
+        rollout_gib=config.rollout.gpu_memory_utilization * device_gib if engine else 0.0,
+        rollout_weights_gib=params * ROLLOUT_BYTES_PER_PARAM / tp / GIB if engine else 0.0)
+
+
+def check_fits(found: MemoryEstimate, device_gib: float) -> None:
+    """One-line error, naming the keys that change the answer, when the run cannot fit a GPU."""
+    if found.rollout_gib and found.rollout_weights_gib >= found.rollout_gib:
+        raise ValueError(
+            f"rollout.gpu_memory_utilization gives the engine {found.rollout_gib:.1f} GiB per GPU but its bf16 weights "
+            f"alone need {found.rollout_weights_gib:.1f} GiB ({found.params / 1e9:.2f}B parameters): raise "
+            "rollout.gpu_memory_utilization or rollout.tensor_model_parallel_size")
+    usable = device_gib * (1 - HEADROOM)
+    if found.peak_gib > usable:
+        raise ValueError(
+            f"the run needs {found.summary()}, more than {usable:.0f} GiB of a {device_gib:.0f} GiB GPU: use more "
+            "GPUs (trainer.n_gpus_per_node / torchrun ranks), actor.cpu_offload=true, or a lower "
+            "rollout.gpu_memory_utilization")

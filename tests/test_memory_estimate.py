@@ -1,0 +1,38 @@
+"""The per-GPU memory check that runs before any model loads, with hand-computed numbers."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from core.trainer.memory_estimate import GIB, check_fits, count_parameters, estimate
+
+
+def config(**rollout):
+    return OmegaConf.create({"actor": {"cpu_offload": False},
+                             "rollout": {"name": "vllm", "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.35,
+                                         **rollout}})
+
+
+def test_qwen3_8b_parameter_count_from_its_config_alone():
+    assert count_parameters("bench/configs/qwen3-8b") == 8_190_735_360  # Qwen3-8B's published 8.19B
+
+
+def test_estimate_by_hand():
+    # 1e9 params on 2 GPUs: actor 16 B/param / 2 = 8e9 B; reference 4 B/param / 2 = 2e9 B -> 1e10 B
+    found = estimate(config(), 10**9, 2, 100.0, with_reference=True, with_critic=False)
+    assert found.resident_gib == pytest.approx(1e10 / GIB)
+    assert found.rollout_gib == pytest.approx(35.0) and found.rollout_weights_gib == pytest.approx(2e9 / GIB)
+    with_critic = estimate(config(), 10**9, 2, 100.0, with_reference=False, with_critic=True)
+    assert with_critic.resident_gib == pytest.approx(1.6e10 / GIB)  # actor + critic, 32 B/param over 2
+
+
+def test_an_8b_full_finetune_does_not_fit_one_h100():
+    found = estimate(config(), 8_190_735_360, 1, 79.2, with_reference=False, with_critic=False)
+    with pytest.raises(ValueError, match=r"8\.19B parameters over 1 GPU\(s\): ≈ 122\.1 GiB of training state"):
+        check_fits(found, 79.2)
+    check_fits(estimate(config(), 8_190_735_360, 2, 139.8, with_reference=False, with_critic=False), 139.8)
+
+
+def test_engine_share_smaller_than_its_weights_names_the_key():
+    found = estimate(config(gpu_memory_utilization=0.1), 8_190_735_360, 8, 79.2, with_reference=False, with_critic=False)
+    with pytest.raises(ValueError, match=r"rollout.gpu_memory_utilization gives the engine 7\.9 GiB .* need 15\.3 GiB"):
+        check_fits(found, 79.2)
