@@ -39,12 +39,12 @@ class MemoryEstimate:
                 "per GPU before activations")
 
 
-def count_parameters(model_path: str, trust_remote_code: bool = False) -> int:
+def count_parameters(model_path: str, trust_remote_code: bool = False, gguf_file: str | None = None) -> int:
     """Exact parameter count of `model_path`'s architecture, built on the meta device (no memory)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    config = AutoConfig.from_pretrained(model_path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     return sum(p.numel() for p in model.parameters())
@@ -76,3 +76,15 @@ def check_fits(found: MemoryEstimate, device_gib: float) -> None:
             f"the run needs {found.summary()}, more than {usable:.0f} GiB of a {device_gib:.0f} GiB GPU: use more "
             "GPUs (trainer.n_gpus_per_node / torchrun ranks), actor.cpu_offload=true, or a lower "
             "rollout.gpu_memory_utilization")
+
+
+def check_run_fits(config, model_path: str, ranks: int, *, with_reference: bool, with_critic: bool) -> None:
+    """On a CUDA machine, before any model loads: fail in one line when a GPU cannot hold the run."""
+    import torch
+
+    if config.trainer.device == "cpu" or not torch.cuda.is_available():
+        return
+    device_gib = torch.cuda.get_device_properties(0).total_memory / GIB
+    params = count_parameters(model_path, config.model.trust_remote_code, config.model.gguf_file)
+    check_fits(estimate(config, params, ranks, device_gib, with_reference=with_reference, with_critic=with_critic),
+               device_gib)

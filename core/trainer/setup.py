@@ -23,6 +23,7 @@ from core.models.loading import load_tokenizer, resolve_model_path
 from core.models.warmstart import default_cache_dir
 from core.tracking.tracker import Tracking, build_tracking
 from core.trainer.checkpoint import read_trainer_state, resolve_resume
+from core.trainer.memory_estimate import check_run_fits
 from core.trainer.seed import seed_everything
 from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
@@ -56,6 +57,7 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     resume_from = resolve_resume(trainer.resume, Path(trainer.checkpoint_dir))  # a bad path fails before loading
     seed_everything(trainer.seed)  # same on every rank: every rank must build identical weights
     model_path = resolve_model_path(config.model.path)
+    check_run_fits(config, model_path, dp_size * tp, with_reference=with_reference, with_critic=with_critic)
     tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
     train_set, val_set = build_datasets(config.data, tokenizer)
     loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,
