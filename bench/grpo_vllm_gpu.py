@@ -3,7 +3,7 @@
 
     python bench/grpo_vllm_gpu.py --model-dir DIR --data train.parquet --steps 5 --out results/grpo_vllm_gpu
 
-DIR is any HF model dir (the device run uses a random-init Qwen3-0.6B built from its config:
+DIR is any HF model dir (bench/gpu_vllm_suite.sh uses a random-init Qwen3-0.6B built from its config:
 rewards stay 0, which is fine for timing and memory). Extra arguments are config overrides.
 """
 

@@ -47,7 +47,7 @@ def e2e_section(directory: Path) -> list[str]:
     speedup = trl["step"] / ours["step"]
     verdict = "met" if speedup >= SPEEDUP_TARGET else f"missed by {SPEEDUP_TARGET - speedup:.2f}×"
     lines = ["## End to end: one GRPO step, ours vs TRL GRPOTrainer (vLLM colocate)", "",
-             f"Same GPU and device call ({ours['device']}), same work per step; medians over {ours['steps']} and "
+             f"Same GPU ({ours['device']}), the two runs back to back, same work per step; medians over {ours['steps']} and "
              f"{trl['steps']} steps after a warm-up step. Speed-up = TRL step time / ours: **{speedup:.2f}×** "
              f"(target ≥ {SPEEDUP_TARGET}×: {verdict}).", "",
              "| stage (s) | ours | TRL | TRL − ours |", "|---|---|---|---|"]

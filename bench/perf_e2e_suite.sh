@@ -1,35 +1,31 @@
 #!/usr/bin/env bash
-# End-to-end GRPO step, ours vs TRL's GRPOTrainer (vLLM colocate), same GPU, same device call, same work:
+# End-to-end GRPO step, ours vs TRL's GRPOTrainer (vLLM colocate), same GPU, same work:
 # random-init Qwen3-0.6B, GSM8K prompts, 32 prompts × 8 samples per step, ≤ 384 prompt / 512 response tokens,
 # temperature 1, one AdamW step per rollout (lr 1e-6, no weight decay, clip 1.0), no KL/reference, token-mean loss,
 # bf16 compute over fp32 master weights, vLLM at 40% of the GPU with sleep mode, CUDA graphs on.
-# Writes results/perf/e2e_ours/grpo.json and results/perf/e2e_trl/trl_grpo.json (and $OUT).
-# Usage (device, bundle unpacked in /tmp/site, trl wheels in .whl-trl/):
-#   bash bench/perf_e2e_suite.sh
+# Writes results/perf/e2e_ours.json and results/perf/e2e_trl.json; then `python bench/perf_report.py`.
+# Setup on a GPU machine with internet:  pip install -e . -r bench/requirements-gpu.txt   (trl included)
+# Usage: bash bench/perf_e2e_suite.sh      (E2E_STEPS, E2E_*_TIMEOUT in seconds, 0: no limit)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
-    PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+source bench/gpu_inputs.sh
 STEPS=${E2E_STEPS:-4}
-MODEL=/tmp/qwen3-0.6b-random
-DATA=.device-bundle/qwen3/gsm8k_train512.parquet
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-trl/*.whl \
-    || echo "trl wheels not installed"
-[ -d "$MODEL" ] || python3 bench/random_model.py --config-dir .device-bundle/qwen3 --out "$MODEL"
-timeout "${E2E_OURS_TIMEOUT:-240}" python3 bench/grpo_vllm_gpu.py --model-dir "$MODEL" --data "$DATA" --steps "$STEPS" \
+LOGS=${E2E_LOGS:-/tmp}
+DATA=$(gsm8k_train512)
+MODEL=$(random_model qwen3-0.6b)
+timeout "${E2E_OURS_TIMEOUT:-0}" python3 bench/grpo_vllm_gpu.py --model-dir "$MODEL" --data "$DATA" --steps "$STEPS" \
     --out results/perf/e2e_ours data.train_batch_size=32 rollout.n=8 data.max_prompt_length=384 \
     data.max_response_length=512 actor.ppo_mini_batch_size=32 actor.lr=1e-6 actor.weight_decay=0.0 \
     actor.use_kl_loss=false actor.loss_agg_mode=token-mean actor.grad_clip=1.0 \
     actor.micro_batch_tokens="${E2E_MICRO_TOKENS:-16384}" rollout.temperature=1.0 rollout.top_p=1.0 \
     rollout.gpu_memory_utilization=0.4 rollout.enforce_eager=false trainer.device=cuda \
-    >"${OUT:-/tmp}/e2e_ours.log" 2>&1 || echo "ours failed: $?"
-grep -E "^step|Error|error:" "${OUT:-/tmp}/e2e_ours.log" | tail -8
-timeout "${E2E_TRL_TIMEOUT:-330}" python3 bench/trl_grpo_gpu.py --model-dir "$MODEL" --data "$DATA" --steps "$STEPS" \
+    >"$LOGS/e2e_ours.log" 2>&1 || echo "ours failed: $?"
+grep -E "^step|Error|error:" "$LOGS/e2e_ours.log" | tail -8
+timeout "${E2E_TRL_TIMEOUT:-0}" python3 bench/trl_grpo_gpu.py --model-dir "$MODEL" --data "$DATA" --steps "$STEPS" \
     --prompts-per-step 32 --n 8 --max-prompt-len 384 --max-response-len 512 --lr 1e-6 \
-    --gpu-memory-utilization 0.4 --out results/perf/e2e_trl >"${OUT:-/tmp}/e2e_trl.log" 2>&1 || echo "trl failed: $?"
-grep -E "^step|Error|error:" "${OUT:-/tmp}/e2e_trl.log" | tail -8
-if [ -n "${OUT:-}" ]; then
-    for f in results/perf/e2e_ours/grpo.json results/perf/e2e_trl/trl_grpo.json; do
-        [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").json"
-    done
-fi
+    --gpu-memory-utilization 0.4 --out results/perf/e2e_trl >"$LOGS/e2e_trl.log" 2>&1 || echo "trl failed: $?"
+grep -E "^step|Error|error:" "$LOGS/e2e_trl.log" | tail -8
+for f in results/perf/e2e_ours/grpo.json results/perf/e2e_trl/trl_grpo.json; do
+    [ -f "$f" ] && cp "$f" "results/perf/$(basename "$(dirname "$f")").json"
+done

@@ -1,4 +1,4 @@
-"""results/perf/README.md and its plots from the json files the device runs wrote into results/perf/.
+"""results/perf/README.md and its plots from the json files the bench/perf_*_suite.sh runs wrote into results/perf/.
 
     python bench/perf_report.py [--dir results/perf]
 

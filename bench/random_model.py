@@ -1,7 +1,10 @@
 """A random-init HF model dir from a config dir (config.json + tokenizer files): real architecture,
 no download. Benchmarks of speed and memory need the shapes, not trained weights.
 
-    python bench/random_model.py --config-dir DIR --out OUT   # tokenizer.json.xz is unpacked too
+    python bench/random_model.py --config-dir bench/configs/qwen3-0.6b --out /tmp/qwen3-0.6b-random
+
+The Qwen3 sizes share one tokenizer, shipped once as bench/configs/qwen3-tokenizer.json.xz beside their
+config dirs; it becomes the model dir's tokenizer.json unless the config dir has its own.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
+
+SHARED_TOKENIZER = "qwen3-tokenizer.json.xz"
 
 
 def main() -> None:
@@ -31,6 +36,9 @@ def main() -> None:
             (out / item.name[:-3]).write_bytes(lzma.decompress(item.read_bytes()))
         elif item.name.startswith("tokenizer") or item.name in ("vocab.json", "merges.txt"):
             shutil.copy2(item, out / item.name)
+    shared = source.parent / SHARED_TOKENIZER
+    if not (out / "tokenizer.json").exists() and shared.is_file():
+        (out / "tokenizer.json").write_bytes(lzma.decompress(shared.read_bytes()))
     print(f"wrote {out}", flush=True)
 
 

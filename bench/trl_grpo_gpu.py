@@ -5,7 +5,7 @@
 It runs beside bench/grpo_vllm_gpu.py in the same GPU session. One step: vLLM generates prompts-per-step x n
 completions, our GSM8K scorer scores them, TRL recomputes their log-probs without grad (our old_log_prob stage),
 and one AdamW step goes over all of them in micro-batches of 16. Writes OUT/trl_grpo.json. --no-vllm makes TRL
-generate with HF `generate` (the CPU test path). Needs trl 1.16.0 (.whl-trl/).
+generate with HF `generate` (the CPU test path). Needs trl 1.16.0 (bench/requirements-gpu.txt).
 
 Per-phase times come from TRL's own profiling contexts (perf_counter, no CUDA sync). They are recorded by
 wrapping ProfilingContext._log_metrics, which only observes: with report_to=none TRL reports them nowhere.
