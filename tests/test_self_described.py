@@ -27,12 +27,8 @@ OWNED_ELSEWHERE = (
     "bench/stage_smollm2.sh",
     "bench/make_smollm2_bundle.sh",
     "bench/gsm8k_leaderboard",
-    "bench/scale_suite",
-    "results/scale/",
     "results/gsm8k_leaderboard/",
     "tests/test_smollm2_gpu_bench.py",  # the test of bench/stage_smollm2.sh
-    "constraints-cpu.txt",  # "the GPU bundle" in a comment
-    "core/rollout/vllm.py",  # "the GPU bundle" in its docstring
 )
 THIS_FILE = "tests/test_self_described.py"
 

