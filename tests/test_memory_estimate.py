@@ -36,3 +36,14 @@ def test_engine_share_smaller_than_its_weights_names_the_key():
     found = estimate(config(gpu_memory_utilization=0.1), 8_190_735_360, 8, 79.2, with_reference=False, with_critic=False)
     with pytest.raises(ValueError, match=r"rollout.gpu_memory_utilization gives the engine 7\.9 GiB .* need 15\.3 GiB"):
         check_fits(found, 79.2)
+
+
+def test_dry_run_states_the_memory_per_gpu():
+    from core.config import load_config
+    from core.trainer.plan import format_plan, make_plan
+
+    config = load_config("dapo", ["model.path=bench/configs/qwen3-8b", "model.init=random", "trainer.n_gpus_per_node=2",
+                                  "data.train_batch_size=16", "actor.ppo_mini_batch_size=8",
+                                  "rollout.gpu_memory_utilization=0.35"])
+    text = format_plan(make_plan(config))
+    assert "memory       8.19B parameters over 2 GPU(s): ≈ 61.0 GiB of training state + 28.0 GiB" in text

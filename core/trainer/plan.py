@@ -11,11 +11,14 @@ import importlib.util
 import math
 from pathlib import Path
 
+import torch
+
 from core.config import ConfigError
 from core.config.validate import CONTROLLER_PACKAGES, ROLLOUT_PACKAGES, planned_world, validate_config
 from core.data.dataset import get_field, read_rows
 from core.models.fetch import PYPI_PREFIX, FetchError, describe_pypi_model
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
+from core.trainer.memory_estimate import GIB, check_fits, count_parameters, estimate
 from core.trainer.setup import data_files
 
 PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR`"
@@ -80,8 +83,25 @@ def make_plan(config) -> dict:
         "critic": critic_summary(config) if config.algorithm.adv_estimator == "gae" else None,
         "data": {"train": train_rows, "val": val_rows,
                  "fields": ["data_source", data.prompt_key, data.ground_truth_key]},
+        "memory": memory_summary(config, world),
         "notes": notes,
     }
+
+
+def memory_summary(config, world: int) -> str:
+    """The per-GPU memory estimate, from a local model dir's config.json (a hub id would need a download);
+    on a CUDA machine a run that cannot fit fails here, as the real run would before loading."""
+    path = Path(config.model.path).expanduser()
+    if config.model.init == "pretrained" and not (path / "config.json").exists():
+        return "estimated at launch (model.path is not a local dir with config.json)"
+    uses_ref = bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward)
+    critic = config.algorithm.adv_estimator == "gae"
+    params = count_parameters(str(path), config.model.trust_remote_code, config.model.gguf_file)
+    device_gib = torch.cuda.get_device_properties(0).total_memory / GIB if torch.cuda.is_available() else 80.0
+    found = estimate(config, params, world, device_gib, with_reference=uses_ref, with_critic=critic)
+    if torch.cuda.is_available():
+        check_fits(found, device_gib)
+    return found.summary() + ("" if torch.cuda.is_available() else " (engine share as of an 80 GiB GPU)")
 
 
 def model_source(path: str) -> str:
@@ -240,6 +260,7 @@ def format_plan(plan: dict) -> str:
         lines.append(f"critic       {critic['model_path']} + scalar value head; lr {critic['lr']}; ppo_epochs "
                      f"{critic['ppo_epochs']}; micro-batch {critic['micro_batch_size']}; value clip "
                      f"{critic['cliprange_value']}; actor waits {critic['warmup_steps']} steps (trainer.critic_warmup)")
+    lines.append(f"memory       {plan['memory']}")
     lines.append(f"data         every row has {', '.join(plan['data']['fields'])}")
     for split in ("train", "val"):
         lines += [f"  {split:5s} {path} ({rows} rows)" for path, rows in plan["data"][split].items()]
