@@ -6,7 +6,7 @@ What stays resident on each GPU through a step (FSDP2 shards it over every rank)
 - PPO's critic: 16 bytes a parameter, like the actor;
 with `actor.cpu_offload` these live in host memory instead. The rollout engine takes
 `rollout.gpu_memory_utilization` of the device while it generates (its weights, bf16, must fit in
-that share with room for a KV cache). Activations come on top and depend on micro-batching, so the
+that share with room for a KV cache); the HF backend holds a whole fp32 copy of the policy. Activations come on top and depend on micro-batching, so the
 check leaves 10% of the device for them and for CUDA's own context.
 """
 
@@ -57,9 +57,10 @@ def estimate(config, params: int, ranks: int, device_gib: float, *, with_referen
     per_param += TRAINING_BYTES_PER_PARAM if with_critic and not config.actor.cpu_offload else 0
     engine = config.rollout.name in ("vllm", "sglang")
     tp = config.rollout.tensor_model_parallel_size
+    # The HF backend keeps a whole fp32 copy of the policy on every GPU (and its KV cache, not counted).
+    rollout_gib = config.rollout.gpu_memory_utilization * device_gib if engine else params * 4 / GIB
     return MemoryEstimate(
-        params=params, ranks=ranks, resident_gib=params * per_param / shards / GIB,
-        rollout_gib=config.rollout.gpu_memory_utilization * device_gib if engine else 0.0,
+        params=params, ranks=ranks, resident_gib=params * per_param / shards / GIB, rollout_gib=rollout_gib,
         rollout_weights_gib=params * ROLLOUT_BYTES_PER_PARAM / tp / GIB if engine else 0.0)
 
 
