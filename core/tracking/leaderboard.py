@@ -9,8 +9,10 @@ Outputs (all deterministic: the same export gives byte-identical files):
   leaderboard.md / .csv / .json, and curves_<data_source>.png (held-out acc and training reward
   vs step, mean over seeds with a ±std band, one line per recipe).
 
-Exports with `evals` add a before -> after section (before_after.py); the training runs it shows
-appear only there, not in the tiny-task table.
+Exports with `evals` add a section per pretrained model (before_after.py: before -> after RL, mean,
+std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/curves.png; the training runs
+it shows appear only there, not in the tiny-task table. Written into the repository's own results/,
+the leaderboard also rewrites each recipe README's generated block (`<!-- BEGIN gsm8k-leaderboard ...`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,19 @@ from core.tracking.before_after import (
     _round,
     before_after_records,
     build_before_after,
+    format_tokens,
     render_before_after,
 )
 from core.tracking.console import format_duration
-from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError, is_task_acc_key
+from core.tracking.recipe_readmes import update_recipe_readmes
+from core.tracking.run_export import (
+    AFTER_EVAL_TAG,
+    TRAIN_REWARD_KEY,
+    LeaderboardError,
+    check_unique_seeds,
+    is_task_acc_key,
+)
+from core.tracking.seed_stats import plot_seed_curves
 
 # data_source -> how its accuracy is graded (core/reward/manager.py's scorers; GSM8K is verl-compatible).
 GRADERS = {"arithmetic": GSM8K_STRICT, "gsm8k": GSM8K_STRICT, "openai/gsm8k": GSM8K_STRICT}
@@ -46,6 +57,7 @@ PROTOCOL_SOURCES = {
     "samples": "data.val_max_samples, rollout.val_n", "temperature": "rollout.val_temperature",
     "top_p": "rollout.top_p", "grader": "the data_source's scorer",
 }
+REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
 _SPLIT_NAMES = (("validation", "validation"), ("valid", "validation"), ("val", "validation"),
                 ("test", "test"), ("dev", "dev"), ("train", "train"))
 
@@ -158,8 +170,9 @@ def build_leaderboard(export: dict) -> Leaderboard:
             "recipes set it with tracking.tags.recipe, and only finished runs count"
         )
     before_after = build_before_after(runs, evals) if evals else None
+    # Runs evaluated before -> after (or meant to be: after_eval=pending) belong to that section, not here.
     evaluated = {entry.get("train_run_id") for entry in evals if entry["stage"] == "after"}
-    runs = [run for run in runs if run["run_id"] not in evaluated]  # those are shown before -> after
+    runs = [run for run in runs if run["run_id"] not in evaluated and AFTER_EVAL_TAG not in run.get("tags", {})]
     tasks = sorted({key[len("val/"):-len("/acc")] for run in runs for key in run["final"] if is_task_acc_key(key)})
     protocols = {task: _one_protocol(task, [run for run in runs if f"val/{task}/acc" in run["final"]])
                  for task in tasks}
@@ -168,7 +181,7 @@ def build_leaderboard(export: dict) -> Leaderboard:
         groups.setdefault((run["recipe"], str(run["model"])), []).append(run)
     rows = []
     for (recipe, model), members in groups.items():
-        _check_unique_seeds(recipe, model, members)
+        check_unique_seeds(recipe, model, members)
         row = Row(recipe, model, members)
         for task in tasks:
             values = [run["final"][f"val/{task}/acc"] for run in members if f"val/{task}/acc" in run["final"]]
@@ -203,28 +216,9 @@ def _one_protocol(task: str, runs: list[dict]) -> dict[str, str]:
     raise LeaderboardError("\n".join(lines))
 
 
-def _check_unique_seeds(recipe: str, model: str, runs: list[dict]) -> None:
-    by_seed: dict[Any, list[str]] = {}
-    for run in runs:
-        if run["seed"] is not None:
-            by_seed.setdefault(run["seed"], []).append(run["run_id"])
-    repeated = {seed: ids for seed, ids in by_seed.items() if len(ids) > 1}
-    if repeated:
-        details = "; ".join(f"seed {seed}: runs {', '.join(ids)}" for seed, ids in sorted(repeated.items(), key=str))
-        raise LeaderboardError(
-            f"recipe {recipe!r} × model {model!r} has several finished runs of one seed ({details}); "
-            "a seed must count once: delete the superseded run(s) with `mlflow runs delete --run-id ID`"
-        )
-
-
 # ---- rendering ---------------------------------------------------------------------------------
 
-def format_tokens(count: float) -> str:
-    """812, 12.3k, 4.56M, 1.20G: three significant digits."""
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if count >= scale:
-            return f"{count / scale:.3g}{suffix}"
-    return f"{count:.0f}"
+PRETRAINED_PLOT = "gsm8k_leaderboard/curves.png"  # the pretrained-model section's curves, under the out dir
 
 
 def plot_name(task: str) -> str:
@@ -244,7 +238,7 @@ def render_markdown(board: Leaderboard, export_path: str, out_dir: str) -> str:
     if board.rows:
         lines += _render_main_table(board)
     if board.before_after is not None:
-        lines += render_before_after(board.before_after)
+        lines += render_before_after(board.before_after, PRETRAINED_PLOT)
     return "\n".join(lines) + "\n"
 
 
@@ -317,52 +311,26 @@ def render_json(board: Leaderboard, export_path: str) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _mean_curve(histories: list[list[list[float]]]) -> tuple[list[float], list[float], list[float]]:
-    """Steps, mean and std over the seeds that logged each step (std 0 where only one did)."""
-    by_step: dict[float, list[float]] = {}
-    for history in histories:
-        for step, value in history:
-            by_step.setdefault(step, []).append(value)
-    steps = sorted(by_step)
-    means = [statistics.fmean(by_step[s]) for s in steps]
-    stds = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
-    return steps, means, stds
-
-
 def plot_curves(board: Leaderboard, task: str, path: Path) -> Path:
     """Two panels: held-out `task` accuracy and training reward vs step, one line per row."""
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend (Agg via savefig)
-    from matplotlib.ticker import MaxNLocator
-
-    figure = Figure(figsize=(11, 4.2), layout="constrained")
-    acc_axes, reward_axes = figure.subplots(1, 2)
     several_models = len({row.model for row in board.rows}) > 1
-    for row in board.rows:
-        label = f"{row.recipe} · {row.model}" if several_models else row.recipe
-        label += f" (n={row.seeds})"
-        for axes, key in ((acc_axes, f"val/{task}/acc"), (reward_axes, TRAIN_REWARD_KEY)):
-            histories = [run["history"].get(key) for run in row.runs if run["history"].get(key)]
-            if not histories:
-                continue
-            steps, means, stds = _mean_curve(histories)
-            (line,) = axes.plot(steps, means, label=label, marker="o" if len(steps) < 20 else None, markersize=3)
-            axes.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
-                              color=line.get_color(), alpha=0.2, linewidth=0)
+    series = [((f"{row.recipe} · {row.model}" if several_models else row.recipe) + f" (n={row.seeds})", row.runs)
+              for row in board.rows]
     protocol = board.protocols[task]
-    acc_axes.set_title(f"held-out {task} acc ({protocol['temperature']}, {protocol['samples']})", fontsize=9)
-    acc_axes.set_ylabel(f"val/{task}/acc")
-    reward_axes.set_title(f"training reward ({TRAIN_REWARD_KEY})", fontsize=9)
-    reward_axes.set_ylabel(TRAIN_REWARD_KEY)
-    for axes in (acc_axes, reward_axes):
-        axes.set_xlabel("step")
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axes.grid(alpha=0.3)
-        if axes.lines:
-            axes.legend(fontsize=8)
-    figure.suptitle("mean over seeds, shaded ±1 std", fontsize=9)
-    # No Software/date metadata: the same export must give the same bytes.
-    figure.savefig(path, dpi=100, format="png", metadata={"Software": None})
-    return path
+    panels = [(f"val/{task}/acc", f"held-out {task} acc ({protocol['temperature']}, {protocol['samples']})"),
+              (TRAIN_REWARD_KEY, f"training reward ({TRAIN_REWARD_KEY})")]
+    return plot_seed_curves(series, panels, path)
+
+
+def plot_pretrained_curves(section: BeforeAfter, path: Path) -> Path:
+    """Held-out accuracy (the runs' validation subset, greedy) and training reward vs step, one line per
+    recipe: the mean over its seeds, shaded ±1 std."""
+    several_models = len({row.model for row in section.rows}) > 1
+    series = [((f"{row.recipe} · {row.model}" if several_models else row.recipe) + f" (n={len(row.runs)})",
+               [member.train_run for member in row.runs]) for row in section.rows]
+    acc_keys = sorted({key for _, runs in series for run in runs for key in run["history"] if is_task_acc_key(key)})
+    panels = [(key, f"held-out {key[len('val/'):-len('/acc')]} acc during training") for key in acc_keys[:1]]
+    return plot_seed_curves(series, panels + [(TRAIN_REWARD_KEY, f"training reward ({TRAIN_REWARD_KEY})")], path)
 
 
 def _display(path: str | Path) -> str:
@@ -394,4 +362,9 @@ def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path
         written.append(out / name)
     for task in board.tasks:
         written.append(plot_curves(board, task, out / plot_name(task)))
+    if board.before_after is not None and board.before_after.rows:
+        written.append(plot_pretrained_curves(board.before_after, out / PRETRAINED_PLOT))
+    if out.resolve() == REPO_RESULTS:  # the committed leaderboard: the recipe READMEs show their rows too
+        changed = update_recipe_readmes(board.before_after, REPO_RESULTS.parent / "recipes", source)
+        written += [Path(_display(path)) for path in changed]
     return written

@@ -20,11 +20,23 @@ from typing import Any
 
 EXPORT_SCHEMA = 1
 # Flattened config keys (see mlflow_tracker.flatten_config) that define a run and how it was evaluated.
+# The budget and training-reward keys let a leaderboard state what every run shared (before_after.py).
 EXPORTED_PARAMS = (
+    "actor.lr",
     "algorithm.adv_estimator",
+    "data.max_prompt_length",
+    "data.max_response_length",
+    "data.train_batch_size",
     "data.val_files",
     "data.val_max_samples",
     "model.path",
+    "reward.custom_function.path",
+    "reward.format_score",
+    "reward.gsm8k_method",
+    "reward.overlong_buffer.enable",
+    "reward.overlong_buffer.len",
+    "rollout.n",
+    "rollout.temperature",
     "rollout.top_p",
     "rollout.val_n",
     "rollout.val_temperature",
@@ -39,6 +51,17 @@ EVAL_RECIPE_TAG = "eval_recipe"      # after: the recipe that trained the policy
 EVAL_TRAIN_RUN_TAG = "eval_train_run"  # after: the MLflow run id of that training run
 TRAIN_REWARD_KEY = "critic/score/mean"
 GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step, logged every step
+# Every response token the engine sampled for a step, including those not trained on (ReMax's greedy
+# baseline, DAPO's dropped groups); logged by bench/gsm8k_run.py.
+SAMPLED_TOKENS_KEY = "rollout/sampled_tokens"
+STEP_TIME_KEY = "timing_s/step"
+# Tags a benchmark driver sets on a training run (bench/gsm8k_leaderboard.py):
+STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps, e.g. "time: after step 17 of 25"
+GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when runs share GPUs
+GPU_SHARE_TAG = "gpu_share"         # the most processes that shared the run's GPU at once
+DEVICE_TAG = "device"               # the GPU's name
+AFTER_EVAL_TAG = "after_eval"       # pending (set before training) | done (every `after` evaluation logged)
+BENCH_TAGS = (AFTER_EVAL_TAG, DEVICE_TAG, GPU_SECONDS_TAG, GPU_SHARE_TAG, STOPPED_TAG)
 
 
 class LeaderboardError(ValueError):
@@ -142,6 +165,8 @@ def _export_run(client, run) -> dict:
     final = {key: metrics[key] for key in sorted(metrics) if key.startswith("val/")}
     final.update({key: points[-1][1] for key, points in histories.items() if key in final and points})
     tokens = history(GENERATED_TOKENS_KEY) if GENERATED_TOKENS_KEY in metrics else []
+    sampled = history(SAMPLED_TOKENS_KEY) if SAMPLED_TOKENS_KEY in metrics else None
+    step_times = history(STEP_TIME_KEY) if STEP_TIME_KEY in metrics else []
     train_steps = histories[TRAIN_REWARD_KEY]
     return {
         "run_id": info.run_id,
@@ -152,6 +177,9 @@ def _export_run(client, run) -> dict:
         "steps": train_steps[-1][0] if train_steps else _int_or_none(params.get("trainer.total_steps")),
         "wall_seconds": round((info.end_time - info.start_time) / 1000, 3) if info.end_time else None,
         "generated_tokens": int(round(sum(value for _, value in tokens))),
+        "sampled_tokens": None if sampled is None else int(round(sum(value for _, value in sampled))),
+        "step_seconds": round(sum(v for _, v in step_times) / len(step_times), 3) if step_times else None,
+        "tags": {key: tags[key] for key in BENCH_TAGS if key in tags},
         "params": {key: params.get(key) for key in EXPORTED_PARAMS},
         "final": final,
         "history": histories,
@@ -176,6 +204,21 @@ def _int_or_none(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def check_unique_seeds(recipe: str, model: str, runs: list[dict]) -> None:
+    """A seed must count once per (recipe, model): two finished runs of one seed raise, naming them."""
+    by_seed: dict[Any, list[str]] = {}
+    for run in runs:
+        if run["seed"] is not None:
+            by_seed.setdefault(run["seed"], []).append(run["run_id"])
+    repeated = {seed: ids for seed, ids in by_seed.items() if len(ids) > 1}
+    if repeated:
+        details = "; ".join(f"seed {seed}: runs {', '.join(ids)}" for seed, ids in sorted(repeated.items(), key=str))
+        raise LeaderboardError(
+            f"recipe {recipe!r} × model {model!r} has several finished runs of one seed ({details}); "
+            "a seed must count once: delete the superseded run(s) with `mlflow runs delete --run-id ID`"
+        )
 
 
 def merge_exports(exports: list[dict]) -> dict:

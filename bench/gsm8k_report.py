@@ -1,0 +1,218 @@
+"""The bookkeeping of bench/gsm8k_leaderboard.py: its MLflow store, the jobs already done, the GPU time of
+each run, the export and leaderboard of an --out dir, and --merge of several such dirs into results/.
+
+    python bench/gsm8k_leaderboard.py --merge DIR [DIR ...] [--results results]
+
+writes results/gsm8k_leaderboard/runs.json (the runs of every DIR, re-exported from DIR/mlruns), its README.md
+(how each invocation ran, from DIR/invocations/) and the leaderboard with its GSM8K section, as
+`recipezoo leaderboard --from-export results/runs.json results/gsm8k_leaderboard/runs.json --out results` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from core.tracking.console import format_duration
+from core.tracking.leaderboard import write_leaderboard
+from core.tracking.mlflow_tracker import package_versions
+from core.tracking.run_export import (
+    AFTER_EVAL_TAG,
+    DEVICE_TAG,
+    EVAL_STAGE_TAG,
+    GPU_SECONDS_TAG,
+    GPU_SHARE_TAG,
+    LeaderboardError,
+    export_runs,
+    load_export,
+    merge_exports,
+    save_export,
+)
+
+EXPERIMENT = "gsm8k-leaderboard"
+SUMMARY_KEYS = ("run_id", "steps", "stopped", "step_s", "setup_s", "train_s", "eval_s")
+
+
+def open_store(uri: str, experiment: str) -> None:
+    """Create the experiment before jobs start: two jobs creating it at once in a file store make two."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    if client.get_experiment_by_name(experiment) is None:
+        client.create_experiment(experiment)
+
+
+def jobs_to_run(jobs: list, uri: str, experiment: str, model: str) -> list:
+    """Mark the jobs the store already holds a counted result of as skipped (rerunning an invocation resumes it)."""
+    try:
+        export = export_runs(uri, experiment)
+    except LeaderboardError:
+        return jobs
+    done = {(run["recipe"], run["seed"]) for run in export["runs"]
+            if run["model"] == model and run.get("tags", {}).get(AFTER_EVAL_TAG) == "done"}
+    before = any(entry["stage"] == "before" and entry["model"] == model for entry in export.get("evals", []))
+    for job in jobs:
+        if (job.variant is None and before) or (job.variant, job.seed) in done:
+            job.status = "skipped"
+            print(f"skipping {job.name}: already done in {uri}", flush=True)
+    return jobs
+
+
+def discard_before_evals(uri: str, experiment: str, since: float) -> int:
+    """Delete the pretrained model's eval runs logged since `since` (a crashed job's partial figures)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id], filter_string=f"tags.{EVAL_STAGE_TAG} = 'before' and "
+                              f"attributes.start_time >= {int(since * 1000)}") if found else []
+    for run in runs:
+        client.delete_run(run.info.run_id)
+    return len(runs)
+
+
+def fair_share(start: float, end: float, intervals: list[tuple[float, float]]) -> tuple[float, int]:
+    """GPU-seconds of [start, end] when at each moment the GPU is split evenly among the `intervals`
+    (processes) covering it; and the most processes at once."""
+    points = sorted({start, end, *(t for interval in intervals for t in interval if start < t < end)})
+    seconds, most = 0.0, 0
+    for low, high in zip(points, points[1:]):
+        middle = (low + high) / 2
+        count = sum(1 for begin, finish in intervals if begin <= middle < finish)
+        seconds += (high - low) / max(count, 1)
+        most = max(most, count)
+    return seconds, most
+
+
+def tag_gpu_time(uri: str, job, same_gpu: list, device: str) -> None:
+    """Charge the training run with its share of the GPU during its MLflow run (start to end)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    run_id = job.summary["run_id"]
+    info = client.get_run(run_id).info
+    now = time.time()
+    seconds, most = fair_share(info.start_time / 1000, (info.end_time or now * 1000) / 1000,
+                               [(other.started, other.ended or now) for other in same_gpu])
+    for key, value in ((GPU_SECONDS_TAG, f"{seconds:.1f}"), (GPU_SHARE_TAG, str(most)), (DEVICE_TAG, device)):
+        client.set_tag(run_id, key, value)
+
+
+def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
+    """DIR/runs.json and DIR/leaderboard.md (+ gsm8k_leaderboard/curves.png) from the store as it is now."""
+    try:
+        export = export_runs(uri, experiment)
+        save_export(export, out / "runs.json")
+        written = write_leaderboard(export, out, export_path=out / "runs.json")
+    except LeaderboardError as error:
+        print(f"no leaderboard yet: {error}", flush=True)
+        return None
+    print("wrote " + ", ".join(str(path) for path in [out / "runs.json", *written]), flush=True)
+    return export
+
+
+def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: dict) -> int:
+    """Export, leaderboard, this invocation's record; one line per job status. Exit 1 if a job crashed."""
+    record["wall_s"] = round(time.time() - record["started_unix"], 1)
+    record["versions"] = package_versions()
+    source = Path(record["model_path"]) / "recipezoo_source.json"
+    record["model_source"] = json.loads(source.read_text()) if source.is_file() else None
+    record["jobs"] = [{"name": job.name, "recipe": job.variant, "seed": job.seed, "gpu": job.gpu, "status": job.status,
+                       "exit": job.process.returncode if job.process else None,
+                       "seconds": round(job.ended - job.started, 1) if job.ended else None,
+                       "log": str(job.log.relative_to(out)) if job.log else None,
+                       **{key: job.summary.get(key) for key in SUMMARY_KEYS}} for job in jobs]
+    path = out / "invocations" / f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(record['started_unix']))}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    write_outputs(out, uri, experiment)
+    by_status: dict[str, list[str]] = {}
+    for job in jobs:
+        by_status.setdefault(job.status, []).append(job.name)
+    for status, names in sorted(by_status.items()):
+        print(f"{status}: {len(names)} ({' '.join(names)})", flush=True)
+    if "not started" in by_status:
+        print("the jobs not started: run the same command again (done jobs are skipped)", flush=True)
+    print(f"done in {format_duration(record['wall_s'])}; record: {path}", flush=True)
+    return 1 if "crashed" in by_status else 0
+
+
+def merge_outputs(folders: list[Path], results: Path) -> int:
+    """Several --out dirs -> results/gsm8k_leaderboard/{runs.json,README.md} and results/leaderboard.*."""
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    exports = [export_runs((folder / "mlruns").resolve().as_uri(), EXPERIMENT) if (folder / "mlruns").is_dir()
+               else load_export(folder / "runs.json") for folder in folders]
+    merged = merge_exports(exports)
+    target = results / "gsm8k_leaderboard"
+    save_export(merged, target / "runs.json")
+    invocations = [json.loads(path.read_text()) for folder in folders
+                   for path in sorted((folder / "invocations").glob("*.json"))]
+    (target / "README.md").write_text(render_readme(invocations), encoding="utf-8")
+    sources = [path for path in (results / "runs.json", target / "runs.json") if path.is_file()]
+    shown = " ".join(_relative(path) for path in sources)
+    try:
+        written = write_leaderboard(merge_exports([load_export(path) for path in sources]), results, export_path=shown)
+    except LeaderboardError as error:
+        print(f"recipezoo leaderboard: {error}", flush=True)
+        return 1
+    print("wrote " + ", ".join(str(path) for path in [target / "runs.json", target / "README.md", *written]), flush=True)
+    return 0
+
+
+def _relative(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _model_line(record: dict) -> str:
+    source = record.get("model_source")
+    if not source:
+        return f"- Model: `{record['model']}`."
+    return (f"- Model: `{record['model']}`: `{source['gguf_file']}` of `{source['package']}=={source['version']}` "
+            f"({source['license']}, sha256 {source['gguf_sha256'][:12]}…, fetched from {source['fetched_from']}), "
+            "dequantized to fp32 by `recipezoo fetch-model`; the trainer keeps fp32 master weights with bf16 compute "
+            "on a GPU, vLLM runs bf16.")
+
+
+def _seconds(value) -> str:
+    return "—" if value is None else format_duration(value)
+
+
+def render_readme(invocations: list[dict]) -> str:
+    """How the committed runs were made: every invocation's command, device and jobs."""
+    lines = ["# GSM8K leaderboard from a pretrained model: how the runs were made", "",
+             "Generated by `python bench/gsm8k_leaderboard.py --merge ...` from the records of the invocations "
+             "below; do not edit. The results are the GSM8K section of `results/leaderboard.md`, built from "
+             "`runs.json` here (`recipezoo leaderboard --from-export results/runs.json "
+             "results/gsm8k_leaderboard/runs.json --out results` regenerates it, with `curves.png`).", ""]
+    if invocations:
+        lines.append(_model_line(invocations[0]))
+        versions = invocations[0].get("versions") or {}
+        lines.append("- Versions: " + ", ".join(f"{key} {value}" for key, value in versions.items()) + ".")
+    lines += ["", "## Invocations", "", "| started | command | devices | jobs per GPU | wall time | jobs |",
+              "|---|---|---|---:|---:|---|"]
+    for record in invocations:
+        devices = ", ".join(f"{name} ({gpu})" for gpu, name in sorted(record["devices"].items())) or "CPU"
+        counts: dict[str, int] = {}
+        for job in record["jobs"]:
+            counts[job["status"]] = counts.get(job["status"], 0) + 1
+        lines.append(f"| {record['started']} | `{record['command']}` | {devices} | {record['runs_per_gpu']} | "
+                     f"{_seconds(record['wall_s'])} | {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))} |")
+    lines += ["", "## Jobs", "", "Setup: model, trainer and engine start (one at a time per GPU); s/step while sharing "
+              "the GPU. A crashed job is not counted; `skipped` was done by an earlier invocation.", "",
+              "| job | started | GPU | status | setup | training | steps | s/step | evaluation | training run |",
+              "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for record in invocations:
+        for job in record["jobs"]:
+            if job["status"] == "skipped":
+                continue
+            steps = "—" if job.get("steps") is None else str(job["steps"]) + (" (stopped)" if job.get("stopped") else "")
+            step_s = "—" if job.get("step_s") is None else f"{job['step_s']:.1f}"
+            lines.append(f"| {job['name']} | {record['started']} | {job['gpu'] or 'CPU'} | {job['status']} | "
+                         f"{_seconds(job.get('setup_s'))} | {_seconds(job.get('train_s'))} | {steps} | {step_s} | "
+                         f"{_seconds(job.get('eval_s'))} | {job.get('run_id') or '—'} |")
+    return "\n".join(lines) + "\n"

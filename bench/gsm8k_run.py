@@ -1,0 +1,310 @@
+"""One job of the GSM8K leaderboard, started by bench/gsm8k_leaderboard.py: train one recipe with one seed,
+then evaluate the final policy on the trainer's own rollout engine (after the last weight sync, so no
+second engine starts); or, with --eval-only, evaluate the pretrained model on an engine built from the same
+config.
+
+    python bench/gsm8k_run.py --recipe grpo --name grpo --data-dir data --work DIR/work/grpo-seed0 \
+        [--eval-only] [--finish-by UNIX_TIME] [--reserve-s 120] [--gpu-lock DIR/locks/gpu0] -- <overrides>
+
+Responses are written by `core.eval.generate.generate_responses` and scored by `recipezoo eval` (called
+in-process), so every figure is what `recipezoo eval --responses FILE` reports; the eval runs are tagged
+eval_stage=before|after, eval_model, eval_recipe, eval_train_run. The training run is tagged
+after_eval=pending until every evaluation is logged (then done), and stopped_by_budget when the time
+budget ended it early. `--work/summary.json` tells the driver how the job went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.cli import load_trainer_class  # noqa: E402
+from core.cli import main as recipezoo  # noqa: E402
+from core.config import load_config  # noqa: E402
+from core.eval.generate import GenerationSpec, generate_responses  # noqa: E402
+from core.tracking.run_export import AFTER_EVAL_TAG, SAMPLED_TOKENS_KEY, STOPPED_TAG  # noqa: E402
+from core.tracking.tracker import Tracking  # noqa: E402
+
+# (name, file under --data-dir, samples per prompt, temperature, top-p, max new tokens, GSM8K graders).
+# GSM8K is scored by both graders (a 135M model often ends without `#### N`); the MATH sources use
+# math_verify whatever the grader flag says. AIME24 is sampled: greedy on 30 problems says little.
+EVAL_SETS = (
+    ("gsm8k", "gsm8k/test.parquet", 1, 0.0, 1.0, 512, ("strict", "flexible")),
+    ("math500", "math500/test.parquet", 1, 0.0, 1.0, 1024, ("strict",)),
+    ("aime24", "aime24/test.parquet", 16, 0.6, 0.95, 1024, ("strict",)),
+)
+
+
+class StopTraining(Exception):
+    """Raised after the last step the time budget allows; caught in this file, never seen by users."""
+
+
+class GpuTurns:
+    """Who may change this GPU's memory now: one process starting (exclusive) or any number stepping (shared).
+
+    vLLM sizes its KV cache from the GPU's free memory while its engine starts; another process allocating or
+    freeing memory meanwhile (a training step, an engine going to sleep) makes that start fail or mis-size
+    (vllm-project/vllm#55827). So a start waits for the steps in flight, and steps wait for the start. A
+    waiting start takes the gate first, so that runs stepping without pause cannot starve it.
+    """
+
+    def __init__(self, path: str | None):
+        self.main = self.gate = None
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.main, self.gate = open(f"{path}.lock", "a+"), open(f"{path}.gate", "a+")  # noqa: SIM115
+        self.shared = False
+
+    @contextmanager
+    def exclusive(self):
+        if self.main is None:
+            yield
+            return
+        self.leave()
+        fcntl.flock(self.gate, fcntl.LOCK_EX)
+        fcntl.flock(self.main, fcntl.LOCK_EX)
+        try:
+            wait_for_steady_memory()
+            yield
+        finally:
+            fcntl.flock(self.main, fcntl.LOCK_UN)
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+
+    def enter_step(self) -> None:
+        """Hold the shared turn for the next step, letting a waiting start go first."""
+        if self.main is None:
+            return
+        self.leave()
+        fcntl.flock(self.gate, fcntl.LOCK_EX)
+        fcntl.flock(self.gate, fcntl.LOCK_UN)
+        fcntl.flock(self.main, fcntl.LOCK_SH)
+        self.shared = True
+
+    def leave(self) -> None:
+        if self.shared:
+            fcntl.flock(self.main, fcntl.LOCK_UN)
+            self.shared = False
+
+
+def wait_for_steady_memory(timeout_s: float = 30.0, tolerance: int = 32 << 20) -> None:
+    """Until the GPU's free memory holds still: a process that just exited may still be handing its
+    memory back when the lock it held is released."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    readings, deadline = [torch.cuda.mem_get_info()[0]], time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (len(readings) < 3 or max(readings[-3:]) - min(readings[-3:]) > tolerance):
+        time.sleep(0.5)
+        readings.append(torch.cuda.mem_get_info()[0])
+
+
+def budget_seconds(finish_by: float | None, reserve_s: float) -> float | None:
+    """Seconds from now that training may take so that the evaluation still ends by `finish_by`."""
+    return None if finish_by is None else finish_by - time.time() - reserve_s
+
+
+class FinishOnStop(Tracking):
+    """Leaving `fit` by StopTraining is a complete run: FINISHED, no `run FAILED` line."""
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and issubclass(exc_type, StopTraining):
+            self.finish("FINISHED")
+            return False
+        return super().__exit__(exc_type, exc, tb)
+
+
+def leaderboard_trainer(trainer_cls, turns: GpuTurns):
+    """`trainer_cls` that takes GPU turns, counts every sampled token, and stops before a step would
+    end past its `deadline` (time.monotonic(); None: never); the step it stops after is validated like
+    a last step."""
+
+    class LeaderboardTrainer(trainer_cls):
+        deadline: float | None = None
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.tracking = FinishOnStop(self.tracking.backends)
+            self.sampled_tokens, self.validating, self.step_seconds = 0, False, []
+            generate = self.actor_rollout.generate
+
+            def counted(prompts, params):  # ReMax's greedy baseline and DAPO's extra rounds count too
+                batch = generate(prompts, params)
+                if not self.validating:
+                    self.sampled_tokens += int(batch["response_mask"].sum().item())
+                return batch
+
+            self.actor_rollout.generate = counted
+
+        def generate(self, prompts):
+            turns.enter_step()
+            return super().generate(prompts)
+
+        def validate(self, step):
+            turns.enter_step()
+            self.validating = True
+            try:
+                return super().validate(step)
+            finally:
+                self.validating = False
+
+        def log_step(self, step, batch, metrics):
+            super().log_step(step, batch, {**metrics, SAMPLED_TOKENS_KEY: self.sampled_tokens})
+            self.sampled_tokens = 0
+            total, step_s = self.config.trainer.total_steps, self.timings.get("timing_s/step", 0.0)
+            self.step_seconds.append(step_s)
+            if self.deadline is not None and step < total and time.monotonic() + step_s > self.deadline:
+                if not self._due(step, self.config.trainer.test_freq, total):
+                    self.validate(step)  # the curve ends where the run does
+                raise StopTraining(step)
+
+    LeaderboardTrainer.__name__ = LeaderboardTrainer.__qualname__ = f"Leaderboard{trainer_cls.__name__}"
+    return LeaderboardTrainer
+
+
+def eval_specs(args, config, label: str) -> list[tuple[str, GenerationSpec, tuple[str, ...]]]:
+    """(set name, generation settings, graders) for each evaluation set."""
+    specs = []
+    for name, file, n, temperature, top_p, max_tokens, graders in EVAL_SETS:
+        specs.append((name, GenerationSpec(
+            model=label, data=(str(Path(args.data_dir) / file),), n=n, temperature=temperature, top_p=top_p,
+            max_tokens=min(max_tokens, args.eval_max_tokens or max_tokens), max_samples=args.eval_limit,
+            max_prompt_length=args.eval_prompt_length, batch_size=1_000_000, seed=config.trainer.seed,
+            rollout=config.rollout.name, device=config.trainer.device), graders))
+    return specs
+
+
+def evaluate(args, config, rollout, tokenizer, *, label: str, tags: dict[str, str]) -> dict:
+    """Generate every eval set with `rollout`, then `recipezoo eval` each file (an MLflow run per grader)."""
+    work, figures = Path(args.work), {}
+    for name, spec, graders in eval_specs(args, config, label):
+        responses = generate_responses(spec, work / f"{tags['eval_stage']}_{name}.parquet", rollout=rollout,
+                                       tokenizer=tokenizer)
+        for grader in graders:
+            out = work / f"{tags['eval_stage']}_{name}_{grader}.json"
+            run_name = f"{args.job}-{tags['eval_stage']}-{name}" + (f"-{grader}" if len(graders) > 1 else "")
+            argv = ["eval", "--responses", str(responses), "--gsm8k-method", grader, "--reward-manager", "naive",
+                    "--experiment", config.tracking.experiment, "--seed", str(config.trainer.seed),
+                    "--run-name", run_name, "--out", str(out), "--mlflow-uri", config.tracking.uri]
+            for key, value in tags.items():
+                argv += ["--tag", f"{key}={value}"]
+            if recipezoo(argv) != 0:
+                raise RuntimeError(f"recipezoo {' '.join(argv)} failed")
+            figures[f"{name}/{grader}"] = json.loads(out.read_text())["results"]
+    return figures
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", required=True, help="recipe name (recipes/<name>) or config .yaml")
+    parser.add_argument("--name", required=True, help="the recipe's leaderboard name (its `recipe` tag)")
+    parser.add_argument("--job", default=None, help="this job's name (run names, logs); default --name")
+    parser.add_argument("--data-dir", required=True, help="gsm8k/test.parquet, math500/test.parquet, aime24/...")
+    parser.add_argument("--work", required=True, help="this job's folder: responses, eval json, summary.json")
+    parser.add_argument("--eval-only", action="store_true", help="evaluate the pretrained model, train nothing")
+    parser.add_argument("--finish-by", type=float, default=None, metavar="UNIX_TIME",
+                        help="the job must end by then: training stops early enough to evaluate")
+    parser.add_argument("--reserve-s", type=float, default=120.0, help="seconds kept for the evaluation")
+    parser.add_argument("--gpu-lock", default=None, help="path prefix of this GPU's turn locks (GpuTurns)")
+    parser.add_argument("--eval-limit", type=int, default=None, help="first N prompts of each eval set")
+    parser.add_argument("--eval-max-tokens", type=int, default=None, help="cap every eval set's new tokens")
+    parser.add_argument("--eval-prompt-length", type=int, default=1024, help="longest eval prompt, in tokens")
+    args, overrides = parser.parse_known_args(argv)
+    overrides = [o for o in overrides if o != "--"]
+    if [o for o in overrides if o.startswith("-")]:
+        parser.error(f"unrecognized arguments: {' '.join(o for o in overrides if o.startswith('-'))}")
+    args.job = args.job or args.name
+    return args, overrides
+
+
+def tag_run(config, run_id: str, tags: dict[str, str]) -> None:
+    import mlflow
+
+    client = mlflow.MlflowClient(config.tracking.uri)
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+
+
+def write_summary(args, **fields) -> None:
+    """What the driver reads: the training run, steps, timings; rewritten as the job goes."""
+    path = Path(args.work) / "summary.json"
+    summary = json.loads(path.read_text()) if path.exists() else {"job": args.job, "recipe": args.name}
+    summary.update(fields)
+    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def train_and_evaluate(args, config, turns: GpuTurns) -> None:
+    started = time.monotonic()
+    trainer_cls = leaderboard_trainer(load_trainer_class(config.trainer.cls), turns)
+    with turns.exclusive():  # model load, FSDP and the engine's start, while nothing else on the GPU moves
+        trainer = trainer_cls(config)
+    run_id = trainer.tracking.run_id
+    tag_run(config, run_id, {AFTER_EVAL_TAG: "pending"})
+    write_summary(args, run_id=run_id, setup_s=round(time.monotonic() - started, 1), status="training")
+    budget = budget_seconds(args.finish_by, args.reserve_s)
+    trainer.deadline = None if budget is None else time.monotonic() + budget
+    total, started = config.trainer.total_steps, time.monotonic()
+    try:
+        trainer.fit()
+        steps, stopped = total, None
+    except StopTraining as stop:
+        steps, stopped = int(stop.args[0]), f"time: after step {stop.args[0]} of {total}"
+        tag_run(config, run_id, {STOPPED_TAG: stopped})
+    step_s = round(sum(trainer.step_seconds) / len(trainer.step_seconds), 2) if trainer.step_seconds else None
+    write_summary(args, steps=steps, stopped=stopped, step_s=step_s, train_s=round(time.monotonic() - started, 1),
+                  status="eval")
+    model = str(config.model.path)
+    started = time.monotonic()
+    figures = evaluate(args, config, trainer.actor_rollout.rollout, trainer.tokenizer,
+                       label=f"{model} after {args.name} ({steps} steps, run {run_id})",
+                       tags={"eval_stage": "after", "eval_model": model, "eval_recipe": args.name,
+                             "eval_train_run": run_id})
+    tag_run(config, run_id, {AFTER_EVAL_TAG: "done"})
+    write_summary(args, eval_s=round(time.monotonic() - started, 1), figures=figures, status="done")
+
+
+def evaluate_pretrained(args, config, turns: GpuTurns) -> None:
+    """The model before RL, on an engine built from the training config (same engine settings)."""
+    import torch
+
+    from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
+    from core.trainer.workers import build_rollout
+
+    started, model = time.monotonic(), str(config.model.path)
+    path = resolve_model_path(model)
+    tokenizer = load_tokenizer(path, config.model.gguf_file, config.model.trust_remote_code)
+    device = "cuda" if config.trainer.device == "auto" and torch.cuda.is_available() else config.trainer.device
+    device = "cpu" if device == "auto" else device
+    with turns.exclusive():
+        rollout = build_rollout(config, path, tokenizer, lambda: load_causal_lm(
+            path, config.model.gguf_file, config.model.trust_remote_code).to(device))
+    write_summary(args, setup_s=round(time.monotonic() - started, 1), status="eval")
+    turns.enter_step()
+    started = time.monotonic()
+    figures = evaluate(args, config, rollout, tokenizer, label=model,
+                       tags={"eval_stage": "before", "eval_model": model})
+    write_summary(args, eval_s=round(time.monotonic() - started, 1), figures=figures, status="done")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parse_args(argv)
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    config = load_config(args.recipe, overrides)
+    if config.trainer.controller != "local" or not config.tracking.uri:
+        raise SystemExit("gsm8k_run.py evaluates on the trainer's own engine and logs to one store: "
+                         "trainer.controller=local and tracking.uri are required")
+    turns = GpuTurns(args.gpu_lock)
+    (evaluate_pretrained if args.eval_only else train_and_evaluate)(args, config, turns)
+    turns.leave()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

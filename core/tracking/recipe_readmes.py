@@ -1,0 +1,61 @@
+"""Each recipe README's own rows of the pretrained-model section, rewritten by `recipezoo leaderboard`.
+
+A README holds one generated block per recipe group, between markers that name the recipes it shows:
+
+    <!-- BEGIN gsm8k-leaderboard: grpo drgrpo reinforce_pp -->
+    ...generated...
+    <!-- END gsm8k-leaderboard -->
+
+Only the text between the markers is rewritten, from the same export as results/leaderboard.md, so a
+README row and the leaderboard row are the same numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from core.tracking.before_after import BeforeAfter, _md, before_after_cell, row_costs, steps_text
+
+BLOCK = re.compile(r"(<!-- BEGIN gsm8k-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
+                   r"(<!-- END gsm8k-leaderboard -->)", re.S)
+DRIVER = "bash bench/gsm8k_leaderboard.sh"
+
+
+def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -> str:
+    """The block's body: the named recipes' rows (before → after over seeds) and the command that reruns them."""
+    rows = [row for row in (section.rows if section else []) if row.recipe in recipes]
+    rerun = f"{DRIVER} --recipes {' '.join(recipes)} --eval-before"
+    if not rows:
+        return (f"No runs of {', '.join(f'`{r}`' for r in recipes)} from a pretrained model on GSM8K in the "
+                f"committed export yet; `{rerun}` makes them.\n")
+    steps = Counter(str(member.train_run["params"].get("trainer.total_steps")) for row in rows for member in row.runs)
+    rerun = rerun.replace(" --eval-before", f" --steps {steps.most_common(1)[0][0]} --eval-before")
+    several_models = len({row.model for row in rows}) > 1
+    header = ["recipe", "seeds", *[column.name for column in section.columns], "steps"]
+    lines = [f"From pretrained `{rows[0].model}` on GSM8K: the rows of `results/leaderboard.md`, generated from "
+             f"`{source}` by `recipezoo leaderboard` (do not edit; the budget, the protocol and the other recipes "
+             "are there). Each cell is `before → after`, after as mean ± std [95% t-interval] over the seeds.", "",
+             "| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 2)]
+    for row in rows:
+        before = section.befores.get(row.model, {})
+        cells = [f"{row.recipe} ({row.model})" if several_models else row.recipe, len(row.runs),
+                 *[before_after_cell(before.get(column), row.after(column), len(row.runs)) for column in section.columns],
+                 steps_text(row_costs(row))]
+        lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
+    lines += ["", f"Rerun: `{rerun}` (its table: `outputs/gsm8k_leaderboard/leaderboard.md`)."]
+    return "\n".join(lines) + "\n"
+
+
+def update_recipe_readmes(section: BeforeAfter | None, recipes_dir: Path, source: str) -> list[Path]:
+    """Rewrite every generated block under `recipes_dir/*/README.md`; returns the READMEs that changed."""
+    changed = []
+    for readme in sorted(Path(recipes_dir).glob("*/README.md")):
+        text = readme.read_text(encoding="utf-8")
+        updated = BLOCK.sub(lambda m: m.group(1) + render_block(section, m.group("recipes").split(), source) + m.group(4),
+                            text)
+        if updated != text:
+            readme.write_text(updated, encoding="utf-8")
+            changed.append(readme)
+    return changed
