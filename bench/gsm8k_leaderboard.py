@@ -74,11 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-before-only", action="store_true", help="only evaluate the pretrained model")
     parser.add_argument("--gpus", default="auto", help="comma-separated CUDA device ids; auto: all; cpu: none")
     parser.add_argument("--runs-per-gpu", type=int, default=4, help="jobs at once per GPU (K)")
-    parser.add_argument("--engine-memory", type=float, default=0.5, help="share of each GPU's memory for the K "
+    parser.add_argument("--engine-memory", type=float, default=0.4, help="share of each GPU's memory for the K "
                         "vLLM engines together (each gets 1/K of it); the rest is the trainers'")
     parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
                         "stops early enough for every job to evaluate and the export to be written (0: none)")
-    parser.add_argument("--reserve-s", type=float, default=150, help="seconds each job keeps for its evaluation")
+    parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
     parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
     parser.add_argument("--data-dir", default=str(REPO / "data"), help="gsm8k/{train,test}.parquet, "
                         "math500/test.parquet, aime24/test.parquet; made with `recipezoo data` when missing")
@@ -157,6 +157,14 @@ def eval_prompt_length(model_path: str, data: Path, floor: int = 1024) -> int:
     return max(floor, -(-longest // 256) * 256)
 
 
+def context_length(model_path: str) -> int:
+    """The model's longest sequence (config.json max_position_embeddings): the engine cannot go past it."""
+    import json
+
+    config = Path(model_path) / "config.json"
+    return int(json.loads(config.read_text()).get("max_position_embeddings") or 1 << 30) if config.is_file() else 1 << 30
+
+
 def gpu_ids(spec: str) -> list[str]:
     """CUDA device ids to use; [""] means one CPU-only slot group (CUDA_VISIBLE_DEVICES left as is)."""
     if spec == "cpu":
@@ -180,6 +188,8 @@ def run_overrides(args, data: Path, uri: str, engine_len: int) -> list[str]:
         f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}", f"actor.ppo_mini_batch_size={args.mini_batch}",
         f"data.max_prompt_length={args.max_prompt}", f"data.max_response_length={args.max_response}",
         f"actor.lr={args.lr}", f"rollout.temperature={args.temperature}", f"trainer.total_steps={args.steps}",
+        # K trainers share a GPU: micro-batches of 8k real tokens keep each one's activations to a few GiB.
+        "actor.micro_batch_tokens=8192",
         f"trainer.test_freq={args.test_freq}", "trainer.save_freq=0",
         # The reward a 135M model can learn from first: a `#### N` answer earns format_score even when wrong.
         "reward.gsm8k_method=strict", f"reward.format_score={args.format_score}",
@@ -198,7 +208,9 @@ def variant_overrides(variant: str, args) -> list[str]:
         # sampling per step: once the format is learned, groups that are all formatted but wrong are uniform.
         return [f"reward.overlong_buffer.len={args.max_response // 5}", "algorithm.filter_groups.max_num_gen_batches=20"]
     if variant == "ppo":
-        return [f"critic.lr={args.lr}"]  # published GSM8K PPO trains its critic at 1e-5
+        # Published GSM8K PPO trains its critic at 1e-5. The critic does not pack sequences: 16 padded rows
+        # are about the actor's 8k-token micro-batch.
+        return [f"critic.lr={args.lr}", "critic.micro_batch_size=16"]
     return []
 
 
@@ -344,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     model_path = resolve_model_path(args.model)  # fetched and converted once here, not by every job at once
     eval_len = eval_prompt_length(model_path, data)
     longest_eval = min(max(s[5] for s in EVAL_SETS), args.eval_max_tokens or 1 << 30)
-    common = run_overrides(args, data, uri, max(eval_len + longest_eval, args.max_prompt + args.max_response))
+    engine_len = min(max(eval_len + longest_eval, args.max_prompt + args.max_response), context_length(model_path))
+    common = run_overrides(args, data, uri, engine_len)
     open_store(uri, EXPERIMENT)
     jobs = jobs_to_run(wanted_jobs(args), uri, EXPERIMENT, args.model)
     gpus = gpu_ids(args.gpus)

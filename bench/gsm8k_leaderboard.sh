@@ -11,5 +11,7 @@
 # Then commit the results: python bench/gsm8k_leaderboard.py --merge outputs/gsm8k_leaderboard
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export MLFLOW_ALLOW_FILE_STORE=true PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# A file store (no SQLAlchemy needed); vLLM's own sampler, as in the other GPU suites (no FlashInfer JIT).
+export MLFLOW_ALLOW_FILE_STORE=true PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false VLLM_USE_FLASHINFER_SAMPLER=0
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 exec "${PYTHON:-python3}" bench/gsm8k_leaderboard.py "$@"
