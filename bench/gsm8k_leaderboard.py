@@ -105,6 +105,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--results", default=str(REPO / "results"), help="with --merge: the committed results dir")
     args, overrides = parser.parse_known_args(argv)
     args.overrides = [o for o in overrides if o != "--"]
+    # The jobs run from the repository root: paths given relative to where the user stands are resolved here.
+    args.data_dir = str(Path(args.data_dir).resolve())
+    args.local_data = args.local_data and str(Path(args.local_data).resolve())
+    args.model = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     if [o for o in args.overrides if o.startswith("-")]:
         parser.error(f"unrecognized arguments: {' '.join(o for o in args.overrides if o.startswith('-'))}")
     return args

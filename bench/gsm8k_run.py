@@ -161,8 +161,7 @@ def leaderboard_trainer(trainer_cls, turns: GpuTurns):
             total, step_s = self.config.trainer.total_steps, self.timings.get("timing_s/step", 0.0)
             self.step_seconds.append(step_s)
             if self.deadline is not None and step < total and time.monotonic() + step_s > self.deadline:
-                if not self._due(step, self.config.trainer.test_freq, total):
-                    self.validate(step)  # the curve ends where the run does
+                self.validate(step)  # fit's own validation would come after this call: the curve ends here
                 raise StopTraining(step)
 
     LeaderboardTrainer.__name__ = LeaderboardTrainer.__qualname__ = f"Leaderboard{trainer_cls.__name__}"

@@ -196,7 +196,7 @@ class LoopTrainer:
         self.logged.append((step, metrics))
 
 
-def test_the_budget_stops_cleanly_after_a_validated_step_and_every_sampled_token_counts(tmp_path):
+def test_the_budget_stops_cleanly_after_a_validated_step_and_every_sampled_token_counts(tmp_path, monkeypatch):
     config = OmegaConf.create({"trainer": {"total_steps": 4, "test_freq": 2}})
     trainer_cls = worker.leaderboard_trainer(LoopTrainer, worker.GpuTurns(str(tmp_path / "gpu0")))
     unlimited = trainer_cls(config)
@@ -210,6 +210,15 @@ def test_the_budget_stops_cleanly_after_a_validated_step_and_every_sampled_token
         late.fit()
     assert stop.value.args == (1,) and late.validated == [0, 1]  # the last step made is validated
     assert "FAILED" not in late.console.getvalue() and late.tracking.backends[0].total_steps == 4
+    clock = [0.0]  # each rollout takes 0.25 s on this clock: validation 0.25, a step 0.5
+    monkeypatch.setattr(worker.time, "monotonic", lambda: clock[0])
+    due = trainer_cls(config)
+    due.actor_rollout.generate = lambda prompts, params: clock.__setitem__(0, clock[0] + 0.25) or {
+        "response_mask": torch.ones(2, 3)}
+    due.deadline = 1.5  # step 2 (due for validation) ends at 1.25; a third would end past 1.5
+    with pytest.raises(worker.StopTraining) as stop:
+        due.fit()
+    assert stop.value.args == (2,) and due.validated == [0, 2]
 
 
 def test_budget_keeps_the_evaluation_reserve(monkeypatch):
