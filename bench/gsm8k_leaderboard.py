@@ -91,7 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     budget.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n)")
     budget.add_argument("--mini-batch", type=int, default=32, help="prompts per optimizer step (actor.ppo_mini_batch_size)")
     budget.add_argument("--max-response", type=int, default=384, help="data.max_response_length")
-    budget.add_argument("--max-prompt", type=int, default=320, help="data.max_prompt_length")
+    budget.add_argument("--max-prompt", type=int, default=320, help="data.max_prompt_length: every GSM8K prompt, "
+                        "chat template included, must fit (Qwen2.5's tokenizer makes the longest 256 tokens; "
+                        "SmolLM2's smaller vocabulary makes more)")
     budget.add_argument("--lr", type=float, default=1e-5, help="actor.lr (and PPO's critic.lr)")
     budget.add_argument("--temperature", type=float, default=0.7, help="rollout.temperature")
     budget.add_argument("--format-score", type=float, default=0.1, help="reward.format_score: a wrong `#### N`")
