@@ -161,3 +161,20 @@ def test_a_model_switched_to_packed_attention_still_runs_padded_rows(model, roll
         expected, got = model(**inputs).logits, packed_model(**inputs).logits
     real = rollout_batch["attention_mask"].bool()
     torch.testing.assert_close(got[real], expected[real], rtol=1e-5, atol=1e-5)
+
+
+def test_llama_family_runs_packed_too(model, rollout_batch):
+    """Llama's decoder (SmolLM2's) builds its mask itself, unlike Qwen3's: a packed row must still reach
+    the varlen attention without a mask (a per-layer mask mapping crashed it in transformers 5.17)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    qwen = model.config
+    config = LlamaConfig(vocab_size=qwen.vocab_size, hidden_size=qwen.hidden_size, intermediate_size=qwen.intermediate_size,
+                         num_hidden_layers=2, num_attention_heads=qwen.num_attention_heads,
+                         num_key_value_heads=qwen.num_key_value_heads, initializer_range=0.2,
+                         pad_token_id=qwen.pad_token_id, eos_token_id=qwen.eos_token_id)
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(config).eval()
+    packed = _engine(llama, remove_padding=True, micro_batch_size=5).compute_log_probs(rollout_batch, 1.0)
+    padded = _engine(llama, remove_padding=False, micro_batch_size=7).compute_log_probs(rollout_batch, 1.0)
+    torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)

@@ -43,8 +43,9 @@ class ResponseRows:
         """What HF's decoder forwards to each attention call (transformers' FlashAttentionKwargs names)."""
         if self.cu_seqlens is None:
             return {"attention_mask": self.attention_mask}
-        # A per-layer-type mapping is taken as the prepared masks: no (T × T) mask is built for the row.
-        return {"attention_mask": {"full_attention": None, "sliding_attention": None},
+        # No mask: the mask function registered with the attention (`register_varlen_attention`) returns
+        # none for it, so no (T × T) mask is built; every decoder family accepts attention_mask=None.
+        return {"attention_mask": None,
                 "cu_seq_lens_q": self.cu_seqlens, "cu_seq_lens_k": self.cu_seqlens,
                 "max_length_q": self.max_seqlen, "max_length_k": self.max_seqlen}
 
@@ -149,6 +150,16 @@ def register_varlen_attention() -> str:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, varlen_attention)
-    # Unpacked calls (padded rows) get SDPA's own mask, so the same model still runs padded batches right.
-    AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    AttentionMaskInterface.register(ATTENTION_NAME, _mask_for(ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]))
     return ATTENTION_NAME
+
+
+def _mask_for(sdpa_mask):
+    """Padded rows get SDPA's own mask, so the same model still runs padded batches right. A packed row
+    comes without a padding mask and its sequences are separated by `cu_seq_lens_*`, not by a mask:
+    building HF's block-diagonal (T × T) mask from its position ids would only cost memory."""
+
+    def mask(*args, attention_mask=None, **kwargs):
+        return None if attention_mask is None else sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+
+    return mask
