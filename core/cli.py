@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--experiment", default="recipezoo", help="MLflow experiment (tracking.experiment)")
     board.add_argument("--from-export", metavar="PATH", nargs="+",
                        help="rebuild from run export(s), without MLflow; several are merged into one leaderboard "
-                            "(e.g. results/runs.json results/smollm2_gsm8k_gpu/runs.json)")
+                            "(e.g. results/runs.json results/gsm8k_leaderboard/runs.json)")
     board.add_argument("--export", metavar="PATH", default="results/runs.json",
                        help="where to write the run export when reading MLflow")
     board.add_argument("--out", metavar="DIR", default="results", help="output directory")
