@@ -6,6 +6,7 @@ The device's own count, not PyTorch's: vLLM allocates through its own pool, and 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import threading
 
@@ -32,6 +33,8 @@ class PeakMemoryMonitor:
         self._thread.join()
 
     def _poll(self) -> None:
+        if shutil.which("nvidia-smi") is None:
+            return  # no NVIDIA GPU here (a CPU check of the suite): nothing to read
         while not self._stop.is_set():
             readings = read_used_total_mib()
             if not self.peaks_mib:

@@ -138,7 +138,7 @@ def update_flops(config: dict, tokens: float, mean_len: float, response_tokens: 
 
 
 def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Path, work: Path) -> dict:
-    name = f"{recipe}_qwen3-8b_{gpus}gpu_{controller}"
+    name = f"{recipe}_{model.name.removeprefix('model-')}_{gpus}gpu_{controller}"
     store = work / "mlruns"
     command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh",
                *run_overrides(recipe, controller, gpus, args.steps, model, store, name), *args.overrides]
@@ -155,12 +155,13 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
         tail = log.read_text().splitlines()[-30:]
         raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
     config = json.loads((model / "config.json").read_text())
-    result = {"recipe": recipe, "model": "Qwen3-8B (random init from its config)", "gpus": gpus,
+    result = {"name": name, "recipe": recipe, "model": f"{model.name.removeprefix('model-')} (random init from its config)", "gpus": gpus,
               "controller": controller, "commit": git_commit(), "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
               "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               **summarise(step_history(store, name), gpus, config)}
-    print(f"[scale] {name}: {result['median_step_s']:.1f} s/step (median after step 1), "
-          f"peak {max(result['peak_memory_gib']):.1f} GiB, wall {wall:.0f} s", flush=True)
+    peak = f"peak {max(result['peak_memory_gib']):.1f} GiB, " if result["peak_memory_gib"] else ""
+    print(f"[scale] {name}: {result['median_step_s']:.1f} s/step (median after step 1), {peak}wall {wall:.0f} s",
+          flush=True)
     return result
 
 
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
             result["raw_vllm_tokens_per_s_per_gpu"] = raw
             if raw and result["generated_tokens_per_s_per_gpu"]:
                 result["gen_vs_raw_vllm"] = result["generated_tokens_per_s_per_gpu"] / raw
-            path = out / f"{result['recipe']}_qwen3-8b_{gpus}gpu_{controller}.json"
+            path = out / f"{result['name']}.json"
             path.write_text(json.dumps(result, indent=1) + "\n")
             print(f"[scale] wrote {path}", flush=True)
     return 0

@@ -1,0 +1,45 @@
+"""bench/scale_suite.py's arithmetic (hand-computed) and the overrides it hands every recipe script,
+checked against the real config and dry run (no GPU: the suite itself runs on GPU nodes)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from scale_suite import PROMPTS_PER_GPU, run_overrides, summarise, update_flops  # noqa: E402
+
+TINY = {"hidden_size": 4, "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 2, "num_key_value_heads": 1,
+        "intermediate_size": 8, "vocab_size": 10}
+
+
+def test_update_flops_by_hand():
+    # per layer: 4·2·(2·2 + 2·1) = 48 attention-projection + 3·4·8 = 96 MLP params = 144; 2 layers = 288.
+    # 100 tokens of rows of mean length 10 (10 rows): 6·288·100 = 172800 matmul;
+    # attention 6·2 layers·2 heads·2 dims·10 rows·10² = 48000; head 6·10·4·30 response tokens = 7200.
+    assert update_flops(TINY, tokens=100, mean_len=10, response_tokens=30) == 172800 + 48000 + 7200
+
+
+def test_summary_takes_medians_after_step_one():
+    history = {s: {"timing_s/step": 10.0 * s, "timing_s/gen": 4.0 * s, "timing_s/update_actor": 2.0,
+                   "rollout/generated_tokens": 800.0, "perf/total_num_tokens": 1000.0, "prompt_length/mean": 4.0,
+                   "response_length/mean": 6.0} for s in (1, 2, 3, 4)}
+    result = summarise(history, gpus=2, config=TINY)
+    assert result["median_step_s"] == 30.0 and result["stages_s"]["gen"] == 12.0  # steps 2-4: 20, 30, 40
+    assert result["generated_tokens_per_s_per_gpu"] == pytest.approx(800 / 12 / 2)
+    assert result["trained_tokens_per_s_per_gpu"] == pytest.approx(1000 / 30 / 2)
+    assert result["update_mfu"] == pytest.approx(update_flops(TINY, 1000, 10, 800) / (2.0 * 2 * 989e12))
+
+
+@pytest.mark.parametrize("recipe", sorted(PROMPTS_PER_GPU))
+def test_every_recipe_script_accepts_the_suite_overrides_at_two_gpus(recipe, tmp_path):
+    from core.config import load_config
+    from core.trainer.plan import make_plan
+
+    overrides = run_overrides(recipe, "torchrun", 2, 3, ROOT / "bench/configs/qwen3-8b", tmp_path / "mlruns", "x")
+    config = load_config(recipe, [*overrides, "trainer.n_gpus_per_node=2", "rollout.name=vllm"])
+    plan = make_plan(config)
+    assert plan["batch"]["prompts_per_step"] == 2 * PROMPTS_PER_GPU[recipe]
+    assert plan["batch"]["optimizer_steps_per_step"] == 2
