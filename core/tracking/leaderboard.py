@@ -46,7 +46,7 @@ from core.tracking.run_export import (
     check_unique_seeds,
     is_task_acc_key,
 )
-from core.tracking.seed_stats import plot_seed_curves
+from core.tracking.seed_stats import SeedStats, plot_seed_curves
 
 # data_source -> how its accuracy is graded (core/reward/manager.py's scorers; GSM8K is verl-compatible).
 GRADERS = {"arithmetic": GSM8K_STRICT, "gsm8k": GSM8K_STRICT, "openai/gsm8k": GSM8K_STRICT}
@@ -62,23 +62,9 @@ _SPLIT_NAMES = (("validation", "validation"), ("valid", "validation"), ("val", "
                 ("test", "test"), ("dev", "dev"), ("train", "train"))
 
 
-@dataclass
-class Cell:
+@dataclass(frozen=True)
+class Cell(SeedStats):
     """One task accuracy of one row: the final validation value of each seed, and their summary."""
-
-    values: list[float]
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.values)
-
-    @property
-    def std(self) -> float | None:
-        return statistics.stdev(self.values) if self.n >= 2 else None  # ddof=1
 
     def text(self) -> str:
         spread = f"{self.std:.3f}" if self.std is not None else "n/a"
@@ -186,7 +172,7 @@ def build_leaderboard(export: dict) -> Leaderboard:
         for task in tasks:
             values = [run["final"][f"val/{task}/acc"] for run in members if f"val/{task}/acc" in run["final"]]
             if values:
-                row.cells[task] = Cell(values)
+                row.cells[task] = Cell(tuple(values))
         rows.append(row)
     first = tasks[0] if tasks else None
     # Best first; rows without the first task's metric last; ties by name, so the order is stable.
