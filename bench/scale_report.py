@@ -38,7 +38,7 @@ def plot(results: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"{r['recipe']} {r['gpus']}gpu {r['controller']}" for r in results]
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(results) + 1.5))
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(results) + 1.8))
     left = [0.0] * len(results)
     for stage in STAGE_ORDER:
         widths = [r["stages_s"].get(stage, 0.0) for r in results]
@@ -46,7 +46,7 @@ def plot(results: list[dict], out: Path) -> None:
             ax.barh(labels, widths, left=left, label=stage)
             left = [a + b for a, b in zip(left, widths)]
     ax.set_xlabel("seconds per step (median after step 1)")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # beside the bars, never over them
     fig.tight_layout()
     fig.savefig(out, dpi=120)
 
