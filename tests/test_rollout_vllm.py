@@ -15,7 +15,7 @@ from core.data.sources import resolve_data_files  # noqa: E402
 from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from core.rollout.base import SamplingParams  # noqa: E402
 from core.rollout.hf import HFRollout  # noqa: E402
-from core.rollout.vllm import VLLMRollout  # noqa: E402
+from core.rollout.vllm import VLLMRollout, request_seeds  # noqa: E402
 from recipes.grpo.trainer import GRPOTrainer  # noqa: E402
 
 GREEDY = SamplingParams(n=1, temperature=0.0, max_new_tokens=32)
@@ -85,6 +85,19 @@ def test_sampling_is_seeded_and_returns_n_per_prompt(vllm_rollout, tiny_model_di
     assert torch.equal(first["responses"], again["responses"])
 
 
+def test_each_request_of_a_seeded_call_samples_its_own_stream(vllm_rollout, tiny_model_dir, tmp_path):
+    """The same prompt twice in one seeded call: one seed for the whole call gave both copies the same
+    samples (vLLM seeds sample k of every request with seed + k)."""
+    prompts = arithmetic_prompts(load_tokenizer(tiny_model_dir), tmp_path, count=1)
+    twice = prompts.select([0, 0])
+    # A high temperature: the warm-started tiny model is near-deterministic at 1.0
+    out = vllm_rollout.generate(twice, SamplingParams(n=2, temperature=2.0, max_new_tokens=16, seed=3))
+    assert not torch.equal(out["responses"][0], out["responses"][1])  # two samples of one request differ
+    assert not torch.equal(out["responses"][:2], out["responses"][2:])
+    assert request_seeds(3, 4) == request_seeds(3, 4) and len(set(request_seeds(3, 4))) == 4
+    assert request_seeds(None, 2) == [None, None]
+
+
 def test_grpo_step_with_vllm_syncs_weights_and_logs_logprob_diff(fast_overrides, random_model_dir, tmp_path):
     trainer = GRPOTrainer(load_config("grpo", fast_overrides + ["rollout.name=vllm", "trainer.total_steps=2"]))
     logged = []
@@ -131,3 +144,4 @@ def test_recipezoo_generate_with_vllm_matches_hf(tiny_model_dir, tmp_path):
                          "--rollout", backend, "--max-tokens", "32"]) == 0
         outputs[backend] = [row["responses"] for row in read_rows(out)]
     assert outputs["vllm"] == outputs["hf"] and all(r[0] for r in outputs["hf"])
+

@@ -16,6 +16,7 @@ import os
 from dataclasses import replace
 from collections.abc import Iterable, Mapping
 
+import numpy as np
 import torch
 
 from core.data.batch import Batch
@@ -104,7 +105,8 @@ class VLLMRollout(RolloutBackend):
         self.wake_up()
         pooled, own_rows, seed = self.placement.pool_prompts(_unpadded(prompts), params.seed)
         requests = [{"prompt_token_ids": ids} for ids in pooled]
-        outputs = self.llm.generate(requests, self._vllm_params(replace(params, seed=seed)), use_tqdm=False)
+        per_request = [self._vllm_params(replace(params, seed=s)) for s in request_seeds(seed, len(pooled))]
+        outputs = self.llm.generate(requests, per_request, use_tqdm=False)
         sequences = [completion for request in outputs[own_rows] for completion in request.outputs]  # n per prompt
         width = max(1, max(len(c.token_ids) for c in sequences))
         responses = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -149,6 +151,16 @@ class VLLMRollout(RolloutBackend):
             _release_cached_memory()
             self.llm.wake_up(tags=asleep)
             self._awake = {"weights": True, "kv_cache": True}
+
+
+def request_seeds(seed: int | None, count: int) -> list[int | None]:
+    """One seed per request of a seeded call. vLLM seeds a request's k-th sample with seed + k; one seed
+    for the whole call would give sample k of every prompt the same random stream, so prompts with
+    similar next-token distributions would draw the same tokens. Mixed through SeedSequence, the
+    requests' streams are unrelated, yet the call stays replayable."""
+    if seed is None:
+        return [None] * count
+    return [int(np.random.SeedSequence([seed, index]).generate_state(1)[0] >> 1) for index in range(count)]
 
 
 def _release_cached_memory() -> None:
