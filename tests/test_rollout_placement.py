@@ -104,3 +104,14 @@ def test_two_torchrun_ranks_share_one_tensor_parallel_vllm_engine(tmp_path):
                     "cpu"], cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)
     ranks = json.loads(out.read_text())["ranks"]
     assert [(r["rank"], r["rows_in"], r["rows_out"]) for r in ranks] == [(0, 3, 6), (1, 4, 8)]
+
+
+def test_sglang_engines_start_on_each_ranks_own_gpu(monkeypatch):
+    from core.rollout.sglang import engine_placement
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert engine_placement(EnginePlacement(rank=1, world_size=2, tensor_parallel_size=1), seed=5) == {
+        "tp_size": 1, "base_gpu_id": 1, "random_seed": 6}
+    assert engine_placement(EnginePlacement(rank=0, world_size=1, tensor_parallel_size=2), seed=5)["base_gpu_id"] == 0
+    with pytest.raises(ValueError, match="rollout.tensor_model_parallel_size=2 with rollout.name=sglang over 4 ranks"):
+        engine_placement(EnginePlacement(rank=0, world_size=4, tensor_parallel_size=2), seed=5)

@@ -27,6 +27,8 @@ class EnginePlacement:
         distributed = dist.is_initialized()
         rank = dist.get_rank() if distributed else 0
         world_size = dist.get_world_size() if distributed else 1
+        if world_size == 1:  # one process: an engine of several GPUs runs its own workers (not SPMD)
+            return cls(rank, world_size, tensor_parallel_size)
         check_engine_split(tensor_parallel_size, world_size)
         placement = cls(rank, world_size, tensor_parallel_size)
         if tensor_parallel_size > 1:
@@ -53,7 +55,7 @@ class EnginePlacement:
 
         Ranks of one engine that already hold the same prompts (tensor-parallel training shares data
         within a tp group) submit them once."""
-        if self.tensor_parallel_size == 1:
+        if self.tensor_parallel_size == 1 or not self.spmd:
             return prompts, slice(0, len(prompts)), seed
         gathered: list[tuple[list[list[int]], int | None]] = [None] * self.tensor_parallel_size
         dist.all_gather_object(gathered, (prompts, seed), group=self.group)

@@ -8,10 +8,13 @@ The surface used is `Engine(...)`, `generate(input_ids=..., return_logprob=True)
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from core.data.batch import Batch
 from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout
+from core.rollout.placement import EnginePlacement
 
 WEIGHT_SYNC_CHUNK_BYTES = 512 * 2**20  # bounded device memory for the incoming weights
 
@@ -27,16 +30,30 @@ def import_sglang():
     return sglang
 
 
+def engine_placement(placement: EnginePlacement, seed: int) -> dict:
+    """`sglang.Engine` arguments for this rank. SGLang's engine starts its own worker processes, so
+    under several ranks each rank's engine is one GPU, its own (`base_gpu_id`, else every rank's engine
+    would start on GPU 0); an engine spanning ranks, as vLLM's external launcher does, is not offered."""
+    if placement.spmd and placement.tensor_parallel_size > 1:
+        raise ValueError(f"rollout.tensor_model_parallel_size={placement.tensor_parallel_size} with rollout.name=sglang "
+                         f"over {placement.world_size} ranks: SGLang's engine cannot span ranks; use 1 (one engine "
+                         "per GPU) or rollout.name=vllm")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0)) if placement.spmd else 0
+    return {"tp_size": placement.tensor_parallel_size, "base_gpu_id": local_rank,
+            "random_seed": seed + placement.engine_index}
+
+
 class SGLangRollout(RolloutBackend):
     def __init__(self, model_path: str, tokenizer, rollout_cfg, *, dtype: str = "bfloat16", seed: int = 0,
                  max_model_len: int | None = None):
         sglang = import_sglang()
         self.tokenizer = tokenizer
         self.can_sleep = bool(rollout_cfg.free_cache_engine)
+        placement = EnginePlacement.current(rollout_cfg.tensor_model_parallel_size)
         self.engine = sglang.Engine(
-            model_path=model_path, dtype=dtype, random_seed=seed, skip_tokenizer_init=True,
-            tp_size=rollout_cfg.tensor_model_parallel_size, mem_fraction_static=rollout_cfg.gpu_memory_utilization,
-            context_length=max_model_len, enable_memory_saver=self.can_sleep,
+            model_path=model_path, dtype=dtype, skip_tokenizer_init=True,
+            mem_fraction_static=rollout_cfg.gpu_memory_utilization, context_length=max_model_len,
+            enable_memory_saver=self.can_sleep, **engine_placement(placement, seed),
         )
         self.asleep = False
 
