@@ -83,8 +83,7 @@ class VLLMRollout(RolloutBackend):
         kwargs = engine_kwargs(model_path, rollout_cfg, placement, dtype=dtype, seed=seed,
                                max_model_len=max_model_len, dummy_weights=dummy_weights,
                                cuda=torch.cuda.is_available())
-        self._attach(vllm.LLM(**kwargs), tokenizer, kwargs["enable_sleep_mode"])
-        self.placement = placement
+        self._attach(vllm.LLM(**kwargs), tokenizer, kwargs["enable_sleep_mode"], placement)
 
     @classmethod
     def from_engine(cls, llm, tokenizer, *, can_sleep: bool) -> "VLLMRollout":
@@ -93,11 +92,11 @@ class VLLMRollout(RolloutBackend):
         rollout._attach(llm, tokenizer, can_sleep)
         return rollout
 
-    def _attach(self, llm, tokenizer, can_sleep: bool) -> None:
+    def _attach(self, llm, tokenizer, can_sleep: bool, placement: EnginePlacement | None = None) -> None:
         self.llm, self.tokenizer, self.can_sleep = llm, tokenizer, can_sleep
+        self.placement = placement or EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1)
         self._sampling_params_cls = import_vllm().SamplingParams
         self._awake = {"weights": True, "kv_cache": True}
-        self.placement = EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1)
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         """Each rank passes its own prompts; the ranks of one engine (tensor parallel) pool theirs, all

@@ -52,9 +52,9 @@ def count_parameters(model_path: str, trust_remote_code: bool = False, gguf_file
 
 def estimate(config, params: int, ranks: int, device_gib: float, *, with_reference: bool, with_critic: bool) -> MemoryEstimate:
     shards = max(ranks, 1)
-    per_param = 0 if config.actor.cpu_offload else TRAINING_BYTES_PER_PARAM
-    per_param += REFERENCE_BYTES_PER_PARAM if with_reference and not config.actor.cpu_offload else 0
-    per_param += TRAINING_BYTES_PER_PARAM if with_critic and not config.actor.cpu_offload else 0
+    per_param = (TRAINING_BYTES_PER_PARAM + REFERENCE_BYTES_PER_PARAM * with_reference
+                 + TRAINING_BYTES_PER_PARAM * with_critic)
+    per_param *= not config.actor.cpu_offload  # offloaded state lives in host memory
     engine = config.rollout.name in ("vllm", "sglang")
     tp = config.rollout.tensor_model_parallel_size
     # The HF backend keeps a whole fp32 copy of the policy on every GPU (and its KV cache, not counted).
