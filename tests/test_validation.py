@@ -119,6 +119,8 @@ def test_ranges(override, expected):
 def test_an_unknown_name_lists_the_valid_ones():
     with pytest.raises(ConfigError, match=r"reward.manager='threads' is not one of \['naive', 'pool'\]"):
         check("reward.manager=threads")
+    with pytest.raises(ConfigError, match=r"model.init='randn' is not one of \['pretrained', 'random'\]"):
+        check("model.init=randn")
 
 
 @pytest.mark.parametrize("recipe", ["grpo", "rloo"])

@@ -22,6 +22,7 @@ from core.algos.kl import KL_ESTIMATORS
 from core.algos.policy_loss import POLICY_LOSSES
 from core.config import CONFIG_DIR, ConfigError
 from core.data.dataset import TRUNCATION_MODES
+from core.models.random_init import MODEL_INITS
 from core.reward.build import GSM8K_METHODS, MANAGERS
 from core.tracking.tracker import backend_names
 
@@ -128,6 +129,7 @@ def check_types(resolved: dict) -> None:
 def check_choices(resolved: dict) -> None:
     """Keys that take a name: an unknown one fails with the names that work."""
     choices = {
+        "model.init": list(MODEL_INITS),
         "rollout.name": list(ROLLOUT_PACKAGES),
         "trainer.controller": list(CONTROLLER_PACKAGES),
         "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
