@@ -12,6 +12,7 @@ kinds of value) are listed in `KINDS_BEYOND_DEFAULT`.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -22,6 +23,7 @@ from core.algos.kl import KL_ESTIMATORS
 from core.algos.policy_loss import POLICY_LOSSES
 from core.config import CONFIG_DIR, ConfigError
 from core.data.dataset import TRUNCATION_MODES
+from core.models.lora import LoraSpec, check_targets
 from core.models.random_init import MODEL_INITS
 from core.reward.build import GSM8K_METHODS, MANAGERS
 from core.tracking.tracker import backend_names
@@ -29,6 +31,7 @@ from core.tracking.tracker import backend_names
 ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
 CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
 GROUP_ESTIMATORS = ("grpo", "rloo")  # advantages that compare the n samples of one prompt
+CRITIC_ESTIMATORS = ("gae",)  # advantages that need PPO's value model
 
 KINDS = {  # kind -> (how an error names it, the test)
     "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
@@ -53,6 +56,8 @@ KINDS_BEYOND_DEFAULT = {
     "tracking.backends": ("str", "list"),  # a bare name is a one-element list
     "actor.remove_padding": ("str", "bool"),  # auto | true | false
     "actor.compile_layers": ("str", "bool"),
+    "actor.lora.rank": ("int", "null"),  # null = off
+    "actor.lora.target_modules": ("str", "list"),  # all-linear or module names
 }
 RANGES = {  # key -> the valid range, as the error states it
     **dict.fromkeys([
@@ -68,12 +73,13 @@ RANGES = {  # key -> the valid range, as the error states it
         "actor.kl_loss_coef", "critic.warmup_steps", "critic.weight_decay", "critic.cliprange_value",
         "algorithm.kl_coef", "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
         "trainer.max_ckpt_to_keep", "trainer.critic_warmup", "trainer.num_threads", "trainer.seed"], "≥ 0"),
-    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s"], "> 0"),
+    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "actor.lora.alpha"], "> 0"),
+    "actor.lora.dropout": "in [0, 1)",
     **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization"], "in (0, 1]"),
     **dict.fromkeys(["algorithm.gamma", "algorithm.lam"], "in [0, 1]"),
 }
 RANGE_TESTS = {"≥ 1": lambda v: v >= 1, "≥ 0": lambda v: v >= 0, "> 0": lambda v: v > 0,
-               "in (0, 1]": lambda v: 0 < v <= 1, "in [0, 1]": lambda v: 0 <= v <= 1}
+               "in (0, 1]": lambda v: 0 < v <= 1, "in [0, 1]": lambda v: 0 <= v <= 1, "in [0, 1)": lambda v: 0 <= v < 1}
 _MISSING = object()
 
 
@@ -94,6 +100,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_parallelism(resolved, size, source)
     check_batch_sizes(resolved, size // resolved["actor"]["tensor_parallel_size"], source)
     check_algorithm(resolved)
+    check_lora(resolved)
     return resolved
 
 
@@ -143,6 +150,7 @@ def check_choices(resolved: dict) -> None:
         "actor.recompute_old_log_probs": ["auto", "always"],
         "actor.remove_padding": ["auto", True, False],
         "actor.compile_layers": ["auto", True, False],
+        "actor.lora.sync": ["merged", "adapter"],
         "trainer.device": ["auto", "cpu", "cuda"],
         "reward.manager": list(MANAGERS),
         "reward.gsm8k_method": list(GSM8K_METHODS),
@@ -209,6 +217,54 @@ def check_algorithm(resolved: dict) -> None:
     if buffer["enable"] and buffer["len"] >= max_response:
         raise ConfigError(f"reward.overlong_buffer.len={buffer['len']} with data.max_response_length="
                           f"{max_response} — expected a buffer shorter than the response length")
+
+
+def check_lora(resolved: dict) -> None:
+    """`actor.lora.*` against the rest of the config and, when its config.json is at hand, the model."""
+    lora, rank = resolved["actor"]["lora"], resolved["actor"]["lora"]["rank"]
+    if rank is None:
+        return
+    if rank < 1:
+        raise ConfigError(f"actor.lora.rank={rank} is out of range — expected ≥ 1 (e.g. 16), or null for full "
+                          "fine-tuning")
+    estimator, rollout = resolved["algorithm"]["adv_estimator"], resolved["rollout"]["name"]
+    if estimator in CRITIC_ESTIMATORS:
+        raise ConfigError(f"actor.lora.rank={rank} with algorithm.adv_estimator={estimator} — its critic (critic.*) "
+                          "has no LoRA support and would train full weights; use a critic-free estimator "
+                          f"({[e for e in ADV_ESTIMATORS.names() if e not in CRITIC_ESTIMATORS]}) or "
+                          "actor.lora.rank=null")
+    if resolved["actor"]["tensor_parallel_size"] > 1:
+        raise ConfigError(f"actor.lora.rank={rank} with actor.tensor_parallel_size="
+                          f"{resolved['actor']['tensor_parallel_size']} — LoRA trains under FSDP2 alone; set "
+                          "actor.tensor_parallel_size=1 (a LoRA policy's state is small enough)")
+    if lora["sync"] == "adapter" and rollout != "vllm":
+        raise ConfigError(f"actor.lora.sync=adapter with rollout.name={rollout} — only vLLM serves an adapter; "
+                          "use actor.lora.sync=merged or rollout.name=vllm")
+    model = _architecture(resolved["model"])
+    if model is not None:
+        check_targets(LoraSpec.from_config(OmegaConf.create(lora)), model)
+
+
+def _architecture(model: dict):
+    """The policy's modules on the meta device (no memory, no weights read), when its config is local:
+    the embedded model's, or a dir's config.json. None otherwise (a hub id, a GGUF file): the engine
+    checks the same when it loads the model."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from core.models.loading import EMBEDDED_PREFIX
+
+    path = model["path"]
+    if path.startswith(EMBEDDED_PREFIX):
+        from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
+
+        config = tiny_qwen3_config(build_tiny_tokenizer())
+    elif (Path(path).expanduser() / "config.json").is_file() and not model["gguf_file"]:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=model["trust_remote_code"])
+    else:
+        return None
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=model["trust_remote_code"])
 
 
 def lookup(tree: dict, dotted: str):

@@ -11,6 +11,7 @@ the gradient does not depend on how the mini-batch was split across micro-batche
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,6 +32,7 @@ from core.engine.packing import register_varlen_attention, response_rows, token_
 from core.engine.policy_model import PolicyLM
 from core.engine.sharding import decoder_layers, shard_model
 from core.engine.tp import clip_grad_norm, shard_model_2d
+from core.models.lora import LoraSpec, adapters_disabled, add_adapters, freeze_base_in, is_adapter_param, merged_weights
 from core.tracking.metrics import reduce_metrics
 
 # head="policy": loss_fn(log_probs, entropy, micro, num_tokens, num_seqs) -> (loss, metrics)
@@ -54,14 +56,25 @@ class FSDPEngine:
                  micro_batch_size: int = 8, mixed_precision: str = "auto",
                  gradient_checkpointing: bool = False, head: str = "policy", cpu_offload: bool = False,
                  remove_padding: bool | str = "auto", micro_batch_tokens: int | None = None,
-                 logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS, compile_layers: bool | str = False):
+                 logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS, compile_layers: bool | str = False,
+                 lora: LoraSpec | None = None):
         if head not in HEADS:
             raise ValueError(f"FSDPEngine head={head!r}: expected one of {list(HEADS)}")
-        self.world, self.head, self.prefix = world, head, HEADS[head]
+        self.world, self.head, self.prefix, self.lora = world, head, HEADS[head], lora
         self.micro_batch_size, self.micro_batch_tokens = micro_batch_size, micro_batch_tokens
         self.remove_padding = _on_cuda(remove_padding, "actor.remove_padding", world.device) and head == "policy"
+        mp_policy = _mp_policy(mixed_precision, world.device)
+        if lora is not None:
+            if world.mesh is not None:
+                raise ValueError("actor.lora with actor.tensor_parallel_size > 1 is not supported")
+            model = add_adapters(model, lora)
+            if mp_policy is not None:  # the frozen base computes in bf16 anyway: store it so
+                freeze_base_in(model, mp_policy.param_dtype)
         if gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            # Reentrant checkpointing drops the gradients of a block whose inputs need none: with LoRA the
+            # frozen embeddings' output needs none, yet the adapters inside the block do.
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False} if lora is not None else None)
         if self.remove_padding:
             model.set_attn_implementation(register_varlen_attention())
         if head == "policy":
@@ -78,13 +91,15 @@ class FSDPEngine:
         if world.mesh is not None:  # tensor parallel inside each dp group, FSDP2 across them
             if offload is not None:
                 raise ValueError("actor.cpu_offload with actor.tensor_parallel_size > 1 is not supported")
-            self.model = shard_model_2d(model, world.mesh, _mp_policy(mixed_precision, world.device))
+            self.model = shard_model_2d(model, world.mesh, mp_policy)
         else:
-            self.model = shard_model(model, _mp_policy(mixed_precision, world.device), offload)
+            self.model = shard_model(model, mp_policy, offload)
         self.optimizer, self.scheduler = None, None
+        # With LoRA only the adapters: their fp32 weights are the only ones with gradients and AdamW state.
+        self.trainable = [param for param in self.model.parameters() if param.requires_grad]
         if optim is not None:
             self.optim = optim
-            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=optim.lr, betas=optim.betas,
+            self.optimizer = torch.optim.AdamW(self.trainable, lr=optim.lr, betas=optim.betas,
                                                weight_decay=optim.weight_decay)
             warmup = max(1, optim.warmup_steps)
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warmup))
@@ -117,14 +132,20 @@ class FSDPEngine:
         return values[:, -micro["responses"].shape[1] - 1 : -1, 0].float()
 
     @torch.no_grad()
-    def compute_log_probs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
-        """(B, T_resp) log-probs of `responses` (and entropy), in micro-batches, no grad."""
+    def compute_log_probs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False,
+                          adapters: bool = True):
+        """(B, T_resp) log-probs of `responses` (and entropy), in micro-batches, no grad.
+
+        `adapters=False` (LoRA): the frozen base model's, which is the reference policy."""
+        if not adapters and self.lora is None:
+            raise RuntimeError("compute_log_probs(adapters=False) needs an engine built with LoRA")
         self.model.eval()
         mask = batch["response_mask"]
         log_probs, entropy = torch.zeros(mask.shape), torch.zeros(mask.shape)
-        for rows in self._micro_batches(batch):
-            lp, ent = self._forward(batch.select(rows), temperature)
-            log_probs[rows], entropy[rows] = lp.cpu(), ent.cpu()
+        with nullcontext() if adapters else adapters_disabled(self.model):
+            for rows in self._micro_batches(batch):
+                lp, ent = self._forward(batch.select(rows), temperature)
+                log_probs[rows], entropy[rows] = lp.cpu(), ent.cpu()
         return (log_probs * mask, entropy * mask) if with_entropy else log_probs * mask
 
     @torch.no_grad()
@@ -185,25 +206,35 @@ class FSDPEngine:
 
     def _clip_grad_norm(self) -> float:
         if self.world.mesh is not None:  # parameters on two meshes: the plain clip cannot stack them
-            return clip_grad_norm(self.model.parameters(), self.optim.grad_clip)
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim.grad_clip)
+            return clip_grad_norm(self.trainable, self.optim.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.optim.grad_clip)
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         return float(norm)
 
     # ---- weights ------------------------------------------------------------------------------
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Unsharded CPU weights on every rank: what a rollout backend loads after an update."""
+    def full_state_dict(self, adapters: bool = True) -> dict[str, torch.Tensor]:
+        """Unsharded CPU weights under HF names on every rank: what a rollout backend loads after an update.
+        With LoRA the adapters are merged in (`adapters=False`: the base weights alone)."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=False)
-        return {k: v.detach().cpu() for k, v in get_model_state_dict(self.model, options=options).items()}
+        state = ((k, v.detach().cpu()) for k, v in get_model_state_dict(self.model, options=options).items())
+        return dict(merged_weights(state, self.lora.scaling, adapters) if self.lora else state)
 
-    def iter_full_weights(self, dtype: torch.dtype, device: torch.device):
+    def iter_full_weights(self, dtype: torch.dtype, device: torch.device, adapters: bool = True):
         """(HF name, unsharded tensor) one parameter at a time, gathered on `device` and cast to `dtype`:
-        what a colocated rollout engine loads, never a second copy of the model in memory.
+        what a colocated rollout engine loads, never a second copy of the model in memory. With LoRA
+        each layer's adapter is merged in, in fp32, before the cast (`adapters=False`: the base alone).
         Collective: every rank must consume it in full, in the same order."""
-        for name, param in self.model.named_parameters():
-            tensor = param.full_tensor() if hasattr(param, "full_tensor") else param
-            yield name, tensor.detach().to(device=device, dtype=dtype)
+        gathered = ((name, _full(param).detach().to(device)) for name, param in self.model.named_parameters())
+        if self.lora is not None:
+            gathered = merged_weights(gathered, self.lora.scaling, adapters)
+        for name, tensor in gathered:
+            yield name, tensor.to(dtype)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """The LoRA adapters alone, unsharded, on the CPU of every rank (fp32). Collective."""
+        return {name: _full(param).detach().cpu() for name, param in self.model.named_parameters()
+                if is_adapter_param(name)}
 
     def checkpoint_state(self) -> dict:
         """Unsharded model, optimizer and lr-schedule state on rank 0 ({} on the others).
@@ -211,7 +242,8 @@ class FSDPEngine:
         Unsharded so a checkpoint does not depend on the world size that wrote it, and `merge`
         needs no distributed code. Collective: every rank must call it.
         """
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # With LoRA the frozen base is left out: it is `lora.base`'s weights, unchanged by training.
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=self.lora is not None)
         optimizers = (self.optimizer,) if self.optimizer is not None else ()
         model_state, optim_state = get_state_dict(self.model, optimizers, options=options)
         if not self.world.is_main:
@@ -219,6 +251,8 @@ class FSDPEngine:
         state = {"model": model_state}
         if self.optimizer is not None:
             state.update(optimizer=optim_state, scheduler=self.scheduler.state_dict())
+        if self.lora is not None:
+            state["lora"] = self.lora.to_dict()
         return state
 
     def load_checkpoint(self, directory) -> None:
@@ -230,9 +264,13 @@ class FSDPEngine:
         optimizers = (self.optimizer,) if self.optimizer is not None else ()
         set_state_dict(self.model, optimizers, model_state_dict=load("model"),
                        optim_state_dict=load("optimizer") if optimizers else {},
-                       options=StateDictOptions(full_state_dict=True))
+                       options=StateDictOptions(full_state_dict=True, strict=self.lora is None))
         if self.scheduler is not None:
             self.scheduler.load_state_dict(load("scheduler"))
+
+
+def _full(param: torch.Tensor) -> torch.Tensor:
+    return param.full_tensor() if hasattr(param, "full_tensor") else param
 
 
 def _on_cuda(value: bool | str, key: str, device: torch.device) -> bool:

@@ -1,8 +1,9 @@
-"""From a training checkpoint to a plain HF model dir (`recipezoo merge`).
+"""From a training checkpoint to a plain HF model dir, or a PEFT adapter dir (`recipezoo merge`).
 
 A checkpoint keeps each role's unsharded weights (`<role>/model.pt`) next to the files that describe
 the model (`<role>/hf/`: config, generation config, tokenizer), so exporting needs no distributed
-code and no access to the original model path.
+code. A LoRA policy's checkpoint holds the adapters alone (`actor/lora.pt` names the base model):
+merging reads the base weights from there (or `--base`), `--adapter` writes the adapter as PEFT does.
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
+from core.models.loading import HUB_ID
+from core.models.lora import LoraSpec, merge_adapter_into, write_adapter_dir
+from core.models.random_init import build_causal_lm
 from core.trainer.checkpoint import CheckpointError, find_checkpoint
 
 # The architecture each role's weights belong to: the actor is a causal LM, the critic a value head.
@@ -32,8 +37,10 @@ def write_hf_files(model: torch.nn.Module, tokenizer, out_dir: Path) -> None:
 
 
 def merge_checkpoint(checkpoint: str | Path, out_dir: str | Path, role: str = "actor",
-                     dtype: torch.dtype | None = None) -> Path:
-    """Write `<checkpoint>/<role>` as a HF dir (safetensors) that `from_pretrained` loads."""
+                     dtype: torch.dtype | None = None, *, adapter: bool = False, base: str | None = None) -> Path:
+    """Write `<checkpoint>/<role>` as a HF dir (safetensors) that `from_pretrained` loads; a LoRA
+    checkpoint merged into its base (`base`: where the base model is now, if it moved), or with
+    `adapter` as a PEFT adapter dir."""
     path = find_checkpoint(Path(checkpoint), "--checkpoint")
     role_dir = path / role
     if role not in ROLE_CLASSES:
@@ -42,21 +49,58 @@ def merge_checkpoint(checkpoint: str | Path, out_dir: str | Path, role: str = "a
         if not needed.is_file():
             raise CheckpointError(f"{path} has no {needed.relative_to(path)}; is it a recipezoo checkpoint "
                                   f"with a {role!r} role?")
-    config = AutoConfig.from_pretrained(role_dir / "hf")
-    with torch.device("meta"):
-        model = ROLE_CLASSES[role].from_config(config)
+    lora_file = role_dir / "lora.pt"
+    if adapter and not lora_file.is_file():
+        raise CheckpointError(f"--adapter: {role_dir} holds full weights, not a LoRA adapter (trained without "
+                              "actor.lora.rank); drop --adapter to export the model")
     state = torch.load(role_dir / "model.pt", weights_only=True, mmap=True)
-    model.load_state_dict(state, strict=True, assign=True)
-    model.tie_weights()
+    out = Path(out_dir)
+    if lora_file.is_file():
+        spec = _lora_spec(torch.load(lora_file, weights_only=True), base)
+        if adapter:
+            write_adapter_dir(state, spec, out, dtype)
+            _copy_hf_files(role_dir / "hf", out, skip=("config.json", "generation_config.json"))
+            return out
+        model = _merged_lora_model(spec, state)
+    else:
+        config = AutoConfig.from_pretrained(role_dir / "hf")
+        with torch.device("meta"):
+            model = ROLE_CLASSES[role].from_config(config)
+        model.load_state_dict(state, strict=True, assign=True)
+        model.tie_weights()
     if dtype is not None:
         model.to(dtype)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
-    for item in (role_dir / "hf").iterdir():
-        if item.name != "config.json" and item.is_file():  # save_pretrained wrote the config
-            shutil.copy2(item, out / item.name)
+    _copy_hf_files(role_dir / "hf", out, skip=("config.json",))  # save_pretrained wrote the config
     return out
+
+
+def _lora_spec(saved: dict, base: str | None) -> LoraSpec:
+    targets = saved["target_modules"]
+    spec = LoraSpec(saved["rank"], saved["alpha"], saved["dropout"],
+                    targets if isinstance(targets, str) else tuple(targets), dict(saved["base"]))
+    if base is not None:
+        spec.base["path"] = base
+    return spec
+
+
+def _merged_lora_model(spec: LoraSpec, adapter_state: dict) -> torch.nn.Module:
+    """The base model (its weights, or the same seeded random ones) with W + (alpha/r)·B·A in each layer."""
+    info = spec.base
+    if info["init"] == "pretrained" and not Path(info["path"]).expanduser().exists() and not HUB_ID.fullmatch(info["path"]):
+        raise CheckpointError(f"the LoRA base model {info['path']} does not exist any more; pass --base with "
+                              "its current dir or hub id")
+    model = build_causal_lm(SimpleNamespace(**{k: info[k] for k in ("init", "gguf_file", "trust_remote_code")}),
+                            info["path"], seed=info["seed"])
+    model.load_state_dict(merge_adapter_into(model.state_dict(), adapter_state, spec.scaling), strict=True)
+    return model
+
+
+def _copy_hf_files(source: Path, out: Path, skip: tuple[str, ...]) -> None:
+    for item in source.iterdir():
+        if item.name not in skip and item.is_file():
+            shutil.copy2(item, out / item.name)
 
 
 def add_parser(commands) -> None:
@@ -67,15 +111,22 @@ def add_parser(commands) -> None:
     merge.add_argument("--role", default="actor", choices=sorted(ROLE_CLASSES))
     merge.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                        help="cast the weights (default: as trained, fp32)")
+    merge.add_argument("--adapter", action="store_true",
+                       help="LoRA checkpoints: write the PEFT adapter dir (adapter_config.json + "
+                            "adapter_model.safetensors) instead of the merged model")
+    merge.add_argument("--base", default=None,
+                       help="LoRA checkpoints: the base model's dir or hub id, when it is no longer where training "
+                            "read it (the checkpoint's actor/lora.pt names that place)")
     merge.set_defaults(handler=_merge_command)
 
 
 def _merge_command(args: argparse.Namespace) -> int:
     try:
-        out = merge_checkpoint(args.checkpoint, args.out, args.role,
-                               getattr(torch, args.dtype) if args.dtype else None)
+        out = merge_checkpoint(args.checkpoint, args.out, args.role, getattr(torch, args.dtype) if args.dtype else None,
+                               adapter=args.adapter, base=args.base)
     except CheckpointError as error:
         print(f"recipezoo merge: {error}", file=sys.stderr)
         return 1
-    print(f"wrote {out} (load with AutoModelForCausalLM.from_pretrained({str(out)!r}))", flush=True)
+    loader = "PeftModel.from_pretrained(base_model, {!r})" if args.adapter else "AutoModelForCausalLM.from_pretrained({!r})"
+    print(f"wrote {out} (load with {loader.format(str(out))})", flush=True)
     return 0

@@ -27,6 +27,7 @@ from core.rollout.placement import EnginePlacement
 # over in memory), and collective_rpc must accept a function.
 _ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
 CPU_MAX_NUM_SEQS = 256
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
 def import_vllm():
@@ -44,7 +45,7 @@ def import_vllm():
 
 
 def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, dtype: str, seed: int,
-                  max_model_len: int | None, dummy_weights: bool, cuda: bool) -> dict:
+                  max_model_len: int | None, dummy_weights: bool, cuda: bool, lora_rank: int | None = None) -> dict:
     """The `vllm.LLM` arguments this rank builds its engine with (pure: the CPU tests pin them)."""
     kwargs = dict(
         model=model_path,
@@ -59,6 +60,8 @@ def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, d
         enable_sleep_mode=cuda and bool(rollout_cfg.free_cache_engine),
         logprobs_mode="processed_logprobs",  # after temperature, as the trainer computes them
     )
+    if lora_rank is not None:  # actor.lora.sync=adapter: one adapter at a time, replaced at every sync
+        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(lora_rank))
     if placement.spmd:
         # One engine worker per rank, on the rank's own device (LOCAL_RANK) and in torchrun's process
         # group. The default single-process executor would put every rank's engine on device 0.
@@ -72,17 +75,27 @@ def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, d
     return kwargs
 
 
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds an adapter of `rank`."""
+    fitting = [allowed for allowed in LORA_RANKS if allowed >= rank]
+    if not fitting:
+        raise ValueError(f"actor.lora.rank={rank}: vLLM serves adapters up to rank {LORA_RANKS[-1]}; "
+                         "use actor.lora.sync=merged")
+    return fitting[0]
+
+
 class VLLMRollout(RolloutBackend):
     """`rollout_cfg` keys: tensor_model_parallel_size (ranks per engine), gpu_memory_utilization,
-    enforce_eager, free_cache_engine (sleep during training)."""
+    enforce_eager, free_cache_engine (sleep during training). `lora_rank`: serve a LoRA adapter of
+    that rank on the base weights (`load_adapter`), instead of receiving merged weights."""
 
     def __init__(self, model_path: str, tokenizer, rollout_cfg, *, dtype: str = "auto", seed: int = 0,
-                 max_model_len: int | None = None, dummy_weights: bool = False):
+                 max_model_len: int | None = None, dummy_weights: bool = False, lora_rank: int | None = None):
         vllm = import_vllm()
         placement = EnginePlacement.current(rollout_cfg.tensor_model_parallel_size)
         kwargs = engine_kwargs(model_path, rollout_cfg, placement, dtype=dtype, seed=seed,
                                max_model_len=max_model_len, dummy_weights=dummy_weights,
-                               cuda=torch.cuda.is_available())
+                               cuda=torch.cuda.is_available(), lora_rank=lora_rank)
         self._attach(vllm.LLM(**kwargs), tokenizer, kwargs["enable_sleep_mode"], placement)
 
     @classmethod
@@ -97,6 +110,7 @@ class VLLMRollout(RolloutBackend):
         self.placement = placement or EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1)
         self._sampling_params_cls = import_vllm().SamplingParams
         self._awake = {"weights": True, "kv_cache": True}
+        self.lora_request = None  # the adapter every request runs with (actor.lora.sync=adapter)
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         """Each rank passes its own prompts; the ranks of one engine (tensor parallel) pool theirs, all
@@ -105,7 +119,7 @@ class VLLMRollout(RolloutBackend):
         pooled, own_rows, seed = self.placement.pool_prompts(_unpadded(prompts), params.seed)
         requests = [{"prompt_token_ids": ids} for ids in pooled]
         per_request = [self._vllm_params(replace(params, seed=s)) for s in request_seeds(seed, len(pooled))]
-        outputs = self.llm.generate(requests, per_request, use_tqdm=False)
+        outputs = self.llm.generate(requests, per_request, use_tqdm=False, lora_request=self.lora_request)
         sequences = [completion for request in outputs[own_rows] for completion in request.outputs]  # n per prompt
         width = max(1, max(len(c.token_ids) for c in sequences))
         responses = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -129,14 +143,31 @@ class VLLMRollout(RolloutBackend):
         """Hand the trained weights (HF names) to the engine: a state dict in host memory, or (name,
         tensor) pairs already on the device (`FSDPEngine.iter_full_weights`). Either way they are
         consumed one tensor at a time, so a sync needs one tensor of extra device memory, not a model."""
-        if self.can_sleep and not self._awake["weights"]:
-            _release_cached_memory()
-            self.llm.wake_up(tags=["weights"])
-            self._awake["weights"] = True
+        self._wake_weights()
         pairs = weights.items() if isinstance(weights, Mapping) else weights
         self.llm.collective_rpc(_load_weights_on_worker, args=(pairs,))
         # KV blocks cached under the old weights would be reused for the same prompt prefix.
         self.llm.reset_prefix_cache()
+
+    def load_adapter(self, adapter_dir: str) -> None:
+        """Serve the PEFT adapter in `adapter_dir` from now on, in place of the previous one. Loaded here,
+        not at the next generate, so a sync's cost shows in the sync, as merged weights' does."""
+        from vllm.lora.request import LoRARequest
+
+        self._wake_weights()
+        previous = self.lora_request
+        version = previous.lora_int_id + 1 if previous else 1  # a new id: vLLM caches adapters by id
+        self.lora_request = LoRARequest(f"policy-v{version}", version, adapter_dir)
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+        self.llm.llm_engine.add_lora(self.lora_request)
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old adapter
+
+    def _wake_weights(self) -> None:
+        if self.can_sleep and not self._awake["weights"]:
+            _release_cached_memory()
+            self.llm.wake_up(tags=["weights"])
+            self._awake["weights"] = True
 
     def sleep(self) -> None:
         """Free the KV cache and move the weights to host memory while training runs."""

@@ -3,7 +3,8 @@
     <trainer.checkpoint_dir>/
       global_step_40/
         trainer_state.pt        step, data position, RNG states of every rank, val history, MLflow run
-        actor/model.pt          unsharded weights (fp32 master copy)
+        actor/model.pt          unsharded weights (fp32 master copy); with LoRA the adapters alone
+        actor/lora.pt           LoRA only: rank, alpha, target modules and the base model they apply to
         actor/optimizer.pt      unsharded AdamW state
         actor/scheduler.pt      lr schedule
         actor/hf/               config + tokenizer: `recipezoo merge` turns this dir into a HF model
@@ -35,7 +36,7 @@ STEP_DIR = re.compile(r"global_step_(\d+)")
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 TRAINER_STATE = "trainer_state.pt"
 FORMAT_VERSION = 1
-ENGINE_FILES = ("model", "optimizer", "scheduler")
+ENGINE_FILES = ("model", "optimizer", "scheduler", "lora")
 
 
 class CheckpointError(RuntimeError):

@@ -8,6 +8,10 @@ code does not change.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import torch
 
 from core.algos.actor_loss import make_actor_loss
@@ -17,6 +21,7 @@ from core.data.batch import Batch
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.loading import resolve_model_path
+from core.models.lora import LoraSpec, write_adapter_dir
 from core.models.random_init import build_causal_lm, build_value_model
 from core.rollout.base import RolloutBackend, SamplingParams
 from core.rollout.hf import HFRollout
@@ -25,19 +30,25 @@ from core.rollout.hf import HFRollout
 class ActorRolloutRefWorker:
     def __init__(self, config, world: World, model_path: str, tokenizer, *, with_reference: bool):
         self.config, self.world, self.tokenizer = config, world, tokenizer
+        self.with_reference = with_reference
         actor = config.actor
         optim = OptimConfig(lr=actor.lr, betas=tuple(actor.betas), weight_decay=actor.weight_decay,
                             warmup_steps=actor.warmup_steps, grad_clip=actor.grad_clip)
         batching = dict(micro_batch_size=actor.micro_batch_size, micro_batch_tokens=actor.micro_batch_tokens,
                         remove_padding=actor.remove_padding, logprob_chunk_tokens=actor.logprob_chunk_tokens,
                         compile_layers=actor.compile_layers, mixed_precision=actor.mixed_precision)
+        model = config.model
+        self.lora = LoraSpec.from_config(actor.lora, base=dict(
+            path=model_path, init=model.init, seed=config.trainer.seed, gguf_file=model.gguf_file,
+            trust_remote_code=model.trust_remote_code))
         self.actor = FSDPEngine(self._load(model_path), world, optim=optim, cpu_offload=actor.cpu_offload,
-                                gradient_checkpointing=actor.gradient_checkpointing, **batching)
+                                gradient_checkpointing=actor.gradient_checkpointing, lora=self.lora, **batching)
         self.ref = None
-        if with_reference:
+        if with_reference and self.lora is None:  # with LoRA the reference is the actor's own frozen base
             self.ref = FSDPEngine(self._load(model_path), world, **batching)
         self.rollout = build_rollout(config, model_path, tokenizer, lambda: self._load(model_path).to(world.device))
         self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
+        self._adapter_dir, self._base_in_rollout = None, False
         if config.model.init == "random" and config.rollout.name != "hf":
             self.sync_weights()  # the engine started from its own dummy weights
 
@@ -55,13 +66,17 @@ class ActorRolloutRefWorker:
         """Old-policy log-probs (and the reference's when KL is used) for the PPO ratio."""
         temperature = self.config.rollout.temperature or 1.0
         tensors = {"old_log_probs": self.actor.compute_log_probs(batch, temperature)}
-        if self.ref is not None:
-            tensors["ref_log_probs"] = self.ref.compute_log_probs(batch, temperature)
+        if self.with_reference:
+            tensors |= self.compute_ref_log_probs(batch).tensors
         return Batch(tensors)
 
     def compute_ref_log_probs(self, batch: Batch) -> Batch:
-        """The reference's log-probs alone, when the update supplies π_old itself."""
-        return Batch({"ref_log_probs": self.ref.compute_log_probs(batch, self.config.rollout.temperature or 1.0)})
+        """The reference's log-probs alone, when the update supplies π_old itself. With LoRA: the actor's
+        forward with its adapters off, which is the base model's exactly."""
+        temperature = self.config.rollout.temperature or 1.0
+        if self.lora is not None:
+            return Batch({"ref_log_probs": self.actor.compute_log_probs(batch, temperature, adapters=False)})
+        return Batch({"ref_log_probs": self.ref.compute_log_probs(batch, temperature)})
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
         return self.actor.update(batch, self.actor_loss, mini_batch_size=mini_batch_rows(self.config, self.world),
@@ -69,11 +84,32 @@ class ActorRolloutRefWorker:
                                  temperature=self.config.rollout.temperature or 1.0)
 
     def sync_weights(self) -> None:
+        """The trained policy into the rollout engine: full (or LoRA-merged) weights, or with
+        `actor.lora.sync=adapter` the adapter alone, once the engine holds the base weights."""
+        if self.lora is None or self.config.actor.lora.sync == "merged":
+            self._load_full_weights(adapters=True)
+            return
+        if not self._base_in_rollout:
+            self._load_full_weights(adapters=False)
+            self._base_in_rollout = True
+        previous, self._adapter_dir = self._adapter_dir, adapter_sync_dir()
+        # Every rank writes its own copy: the ranks of one engine may not share a filesystem.
+        dtype = torch.bfloat16 if self.world.device.type == "cuda" else None
+        write_adapter_dir(self.actor.adapter_state(), self.lora, self._adapter_dir, dtype)
+        self.rollout.load_adapter(str(self._adapter_dir))
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._adapter_dir is not None:
+            shutil.rmtree(self._adapter_dir, ignore_errors=True)
+
+    def _load_full_weights(self, adapters: bool) -> None:
         if self.config.rollout.name == "vllm" and self.world.device.type == "cuda":
             # Device to device, one bf16 tensor at a time: no host round trip, no second model copy.
-            self.rollout.load_weights(self.actor.iter_full_weights(torch.bfloat16, self.world.device))
+            self.rollout.load_weights(self.actor.iter_full_weights(torch.bfloat16, self.world.device, adapters))
         else:
-            self.rollout.load_weights(self.actor.full_state_dict())
+            self.rollout.load_weights(self.actor.full_state_dict(adapters))
 
 
 class CriticWorker:
@@ -129,13 +165,21 @@ def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutB
         if rollout.name == "vllm":
             from core.rollout.vllm import VLLMRollout
 
+            lora = config.actor.lora
             return VLLMRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
-                               max_model_len=max_model_len, dummy_weights=config.model.init == "random")
+                               max_model_len=max_model_len, dummy_weights=config.model.init == "random",
+                               lora_rank=lora.rank if lora.rank is not None and lora.sync == "adapter" else None)
         from core.rollout.sglang import SGLangRollout
 
         return SGLangRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
                              max_model_len=max_model_len)
     raise ValueError(f"rollout.name={rollout.name!r}: expected one of ['hf', 'vllm', 'sglang']")
+
+
+def adapter_sync_dir() -> Path:
+    """A fresh dir for one adapter sync, in memory-backed /dev/shm where there is one."""
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix="recipezoo-adapter-", dir=shm if shm.is_dir() else None))
 
 
 def _engine_max_len(model_path: str, data) -> int:
