@@ -251,8 +251,8 @@ class FSDPEngine:
         state = {"model": model_state}
         if self.optimizer is not None:
             state.update(optimizer=optim_state, scheduler=self.scheduler.state_dict())
-        if self.lora is not None:
-            state["lora"] = self.lora.to_dict()
+        if self.lora is not None:  # a tied lm_head.weight still shows up beside the adapters: dropped
+            state.update(model={k: v for k, v in model_state.items() if is_adapter_param(k)}, lora=self.lora.to_dict())
         return state
 
     def load_checkpoint(self, directory) -> None:
