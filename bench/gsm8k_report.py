@@ -54,7 +54,7 @@ def jobs_to_run(jobs: list, uri: str, experiment: str, model: str) -> list:
             if run["model"] == model and run.get("tags", {}).get(AFTER_EVAL_TAG) == "done"}
     before = any(entry["stage"] == "before" and entry["model"] == model for entry in export.get("evals", []))
     for job in jobs:
-        if (job.variant is None and before) or (job.variant, job.seed) in done:
+        if (job.variant is None and before) or (job.row or job.variant, job.seed) in done:
             job.status = "skipped"
             print(f"skipping {job.name}: already done in {uri}", flush=True)
     return jobs

@@ -88,12 +88,12 @@ def run_overrides(recipe: str, controller: str, gpus: int, steps: int, model: Pa
     return overrides + (["trainer.controller=ray"] if controller == "ray" else [])
 
 
-def step_history(store: Path, name: str) -> dict[int, dict[str, float]]:
-    """{step: {metric: value}} of the newest run named `name` in the MLflow file store."""
+def step_history(store: Path, name: str, experiment: str = "scale") -> dict[int, dict[str, float]]:
+    """{step: {metric: value}} of the newest run named `name` in the MLflow file store's `experiment`."""
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=f"file:{store}")
-    experiment = client.get_experiment_by_name("scale")
+    experiment = client.get_experiment_by_name(experiment)
     runs = client.search_runs([experiment.experiment_id], f"tags.mlflow.runName = '{name}'",
                               order_by=["attribute.start_time DESC"], max_results=1)
     steps: dict[int, dict[str, float]] = {}

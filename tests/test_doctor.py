@@ -14,7 +14,7 @@ import torch
 from core import doctor
 
 CHECK_NAMES = ["Python", "CPUs", "disk (cache)", "disk (cwd)", "/dev/shm", "torch", "transformers", "MLflow",
-               "math-verify", "datasets", "gguf", "accelerate", "vLLM", "SGLang", "Ray", "flash-attn"]
+               "math-verify", "datasets", "gguf", "PEFT", "accelerate", "vLLM", "SGLang", "Ray", "flash-attn"]
 CPU_TORCH = torch.version.cuda is None
 needs_missing_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 

@@ -262,6 +262,17 @@ def test_every_variant_loads_with_the_shared_budget(tmp_path):
     assert (ppo.critic.lr, ppo.critic.micro_batch_size, ppo.algorithm.adv_estimator) == (1e-5, 16, "gae")
 
 
+def test_lora_rank_trains_lora_policies_in_rows_of_their_own(tmp_path):
+    args = driver.parse_args(["--only", "grpo:1", "--lora-rank", "16", "--lr", "1e-4"])
+    (job,) = driver.wanted_jobs(args)
+    assert (job.name, job.variant, job.row) == ("grpo-lora16-seed1", "grpo", "grpo-lora16")
+    command = driver.job_command(job, args, driver.run_overrides(args, tmp_path / "data", "file:///store", 2048),
+                                 tmp_path / "out", 1024, None)
+    assert command[command.index("--name") + 1] == "grpo-lora16"  # its leaderboard row, beside grpo's
+    config = load_config("grpo", command[command.index("--") + 1:])
+    assert (config.actor.lora.rank, config.actor.lr, config.tracking.run_name) == (16, 1e-4, "grpo-lora16-seed1")
+
+
 def test_gpu_time_is_split_among_the_processes_sharing_it():
     # The run [0, 100]; another process on its GPU over [0, 50], a third over [25, 100]:
     # 25 s shared by 2, 25 s by 3, 50 s by 2 = 12.5 + 8.33 + 25.

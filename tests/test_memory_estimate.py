@@ -47,3 +47,19 @@ def test_dry_run_states_the_memory_per_gpu():
                                   "rollout.gpu_memory_utilization=0.35"])
     text = format_plan(make_plan(config))
     assert "memory       8.19B parameters over 2 GPU(s): ≈ 61.0 GiB of training state + 28.0 GiB" in text
+
+
+def test_an_8b_lora_policy_fits_one_h100_by_hand():
+    from core.trainer.memory_estimate import count_adapter_parameters
+
+    lora = OmegaConf.merge(config(), {"model": {"gguf_file": None, "trust_remote_code": False},
+                                      "actor": {"mixed_precision": "auto",
+                                                "lora": {"rank": 16, "alpha": 32, "dropout": 0.0,
+                                                         "target_modules": "all-linear"}}})
+    # Per layer, 16·(in + out): q and o 16·8192, k and v 16·5120, gate, up and down 16·16384 = 1,212,416; × 36 layers.
+    adapters = count_adapter_parameters(lora, "bench/configs/qwen3-8b")
+    assert adapters == 36 * 1_212_416
+    found = estimate(lora, 8_190_735_360, 1, 79.2, with_reference=True, with_critic=False, adapter_params=adapters)
+    # bf16 base 2 B/param + 16 B per adapter parameter; no reference copy (the base is the reference).
+    assert found.resident_gib == pytest.approx((8_190_735_360 * 2 + adapters * 16) / GIB)
+    check_fits(found, 79.2)

@@ -101,6 +101,16 @@ def check_targets(spec: LoraSpec, model: torch.nn.Module) -> None:
                           f"head reads its weight directly; choose from {[n for n in have if n not in refused]}")
 
 
+def adapter_parameter_count(model: torch.nn.Module, spec: LoraSpec) -> int:
+    """rank · (in + out) for each linear layer `spec` targets (`model` may live on the meta device)."""
+    def targeted(name: str) -> bool:
+        last = name.rsplit(".", 1)[-1]
+        return last not in UNSUPPORTED_TARGETS if spec.target_modules == "all-linear" else last in spec.target_modules
+
+    return sum(spec.rank * (module.in_features + module.out_features) for name, module in model.named_modules()
+               if isinstance(module, torch.nn.Linear) and targeted(name))
+
+
 # ---- on the training model ------------------------------------------------------------------------
 def add_adapters(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     """Inject LoRA layers into `model` in place; only the adapters stay trainable (B = 0: the policy

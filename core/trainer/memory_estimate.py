@@ -2,7 +2,9 @@
 
 What stays resident on each GPU through a step (FSDP2 shards it over every rank):
 - the actor: fp32 master weights, fp32 gradients and AdamW's two fp32 moments = 16 bytes a parameter;
-- the reference policy (when KL is used): fp32 weights, 4 bytes a parameter;
+  with LoRA (`actor.lora.rank`) 16 bytes an adapter parameter, and the frozen base 2 bytes a parameter
+  (bf16; 4 under actor.mixed_precision=fp32);
+- the reference policy (when KL is used): fp32 weights, 4 bytes a parameter (none with LoRA: the base is it);
 - PPO's critic: 16 bytes a parameter, like the actor;
 with `actor.cpu_offload` these live in host memory instead. The rollout engine takes
 `rollout.gpu_memory_utilization` of the device while it generates (its weights, bf16, must fit in
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 GIB = 1024 ** 3
 TRAINING_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW exp_avg + exp_avg_sq
 REFERENCE_BYTES_PER_PARAM = 4
+FROZEN_BASE_BYTES_PER_PARAM = {"fp32": 4, "bf16": 2, "auto": 2}  # a LoRA base, on a GPU (auto = bf16 there)
 ROLLOUT_BYTES_PER_PARAM = 2  # bf16 engine weights
 HEADROOM = 0.10  # activations, CUDA context, fragmentation
 
@@ -50,17 +53,38 @@ def count_parameters(model_path: str, trust_remote_code: bool = False, gguf_file
     return sum(p.numel() for p in model.parameters())
 
 
-def estimate(config, params: int, ranks: int, device_gib: float, *, with_reference: bool, with_critic: bool) -> MemoryEstimate:
+def count_adapter_parameters(config, model_path: str) -> int:
+    """The LoRA adapters' parameters (`actor.lora.*`) on `model_path`'s architecture; 0 without LoRA."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from core.models.lora import LoraSpec, adapter_parameter_count
+
+    spec = LoraSpec.from_config(config.actor.lora)
+    if spec is None:
+        return 0
+    model = config.model
+    hf_config = AutoConfig.from_pretrained(model_path, gguf_file=model.gguf_file, trust_remote_code=model.trust_remote_code)
+    with torch.device("meta"):
+        return adapter_parameter_count(AutoModelForCausalLM.from_config(hf_config), spec)
+
+
+def estimate(config, params: int, ranks: int, device_gib: float, *, with_reference: bool, with_critic: bool,
+             adapter_params: int = 0) -> MemoryEstimate:
+    """`adapter_params` > 0: a LoRA policy (`count_adapter_parameters`) over a frozen base of `params`."""
     shards = max(ranks, 1)
-    per_param = (TRAINING_BYTES_PER_PARAM + REFERENCE_BYTES_PER_PARAM * with_reference
-                 + TRAINING_BYTES_PER_PARAM * with_critic)
-    per_param *= not config.actor.cpu_offload  # offloaded state lives in host memory
+    if adapter_params:
+        frozen = FROZEN_BASE_BYTES_PER_PARAM[config.actor.mixed_precision]
+        actor_bytes = params * frozen + adapter_params * TRAINING_BYTES_PER_PARAM
+    else:
+        actor_bytes = params * (TRAINING_BYTES_PER_PARAM + REFERENCE_BYTES_PER_PARAM * with_reference)
+    state_bytes = (actor_bytes + params * TRAINING_BYTES_PER_PARAM * with_critic) * (not config.actor.cpu_offload)
     engine = config.rollout.name in ("vllm", "sglang")
     tp = config.rollout.tensor_model_parallel_size
     # The HF backend keeps a whole fp32 copy of the policy on every GPU (and its KV cache, not counted).
     rollout_gib = config.rollout.gpu_memory_utilization * device_gib if engine else params * 4 / GIB
     return MemoryEstimate(
-        params=params, ranks=ranks, resident_gib=params * per_param / shards / GIB, rollout_gib=rollout_gib,
+        params=params, ranks=ranks, resident_gib=state_bytes / shards / GIB, rollout_gib=rollout_gib,
         rollout_weights_gib=params * ROLLOUT_BYTES_PER_PARAM / tp / GIB if engine else 0.0)
 
 
@@ -87,5 +111,5 @@ def check_run_fits(config, model_path: str, ranks: int, *, with_reference: bool,
         return
     device_gib = torch.cuda.get_device_properties(0).total_memory / GIB
     params = count_parameters(model_path, config.model.trust_remote_code, config.model.gguf_file)
-    check_fits(estimate(config, params, ranks, device_gib, with_reference=with_reference, with_critic=with_critic),
-               device_gib)
+    check_fits(estimate(config, params, ranks, device_gib, with_reference=with_reference, with_critic=with_critic,
+                        adapter_params=count_adapter_parameters(config, model_path)), device_gib)

@@ -18,7 +18,7 @@ from core.config.validate import CONTROLLER_PACKAGES, ROLLOUT_PACKAGES, planned_
 from core.data.dataset import get_field, read_rows
 from core.models.fetch import PYPI_PREFIX, FetchError, describe_pypi_model
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
-from core.trainer.memory_estimate import GIB, check_fits, count_parameters, estimate
+from core.trainer.memory_estimate import GIB, check_fits, count_adapter_parameters, count_parameters, estimate
 from core.trainer.setup import data_files
 
 PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR`"
@@ -98,7 +98,8 @@ def memory_summary(config, world: int) -> str:
     critic = config.algorithm.adv_estimator == "gae"
     params = count_parameters(str(path), config.model.trust_remote_code, config.model.gguf_file)
     device_gib = torch.cuda.get_device_properties(0).total_memory / GIB if torch.cuda.is_available() else 80.0
-    found = estimate(config, params, world, device_gib, with_reference=uses_ref, with_critic=critic)
+    found = estimate(config, params, world, device_gib, with_reference=uses_ref, with_critic=critic,
+                     adapter_params=count_adapter_parameters(config, str(path)))
     if torch.cuda.is_available():
         check_fits(found, device_gib)
     return found.summary() + ("" if torch.cuda.is_available() else " (engine share as of an 80 GiB GPU)")

@@ -1,0 +1,123 @@
+"""LoRA GRPO on one GPU with vLLM colocated: the rollout weight sync as merged weights, then as the adapter alone.
+
+    bash bench/lora_suite.sh [--syncs merged adapter] [--steps 3] [--rank 16] [-- <config overrides>]
+
+Qwen3-8B with random weights (`model.init=random`: the architecture from bench/configs/qwen3-8b; speed and
+memory depend on the shapes, not on trained weights), a rank-16 adapter on every linear layer, the KL
+reference from the same model with its adapters off. The prompts are the embedded arithmetic task (nothing
+to download; `--data DIR` with train.parquet takes GSM8K instead) and the reward is bench/varied_reward.py,
+which varies between samples so that every update changes the adapters the rollout engine receives.
+
+Writes results/lora/grpo_lora-r<rank>-<sync>_<model>_1gpu.json per sync mode: the command, the median step
+time after step 1 and its per-stage breakdown (`sync_weights` is the sync), generated and trained tokens/s,
+the GPU's peak memory (nvidia-smi every 0.5 s); then results/lora/README.md (bench/lora_report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_memory import PeakMemoryMonitor  # noqa: E402
+from lora_report import write_report  # noqa: E402
+from scale_suite import git_commit, model_dir, step_history, summarise  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = "lora"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--syncs", nargs="+", default=["merged", "adapter"], choices=["merged", "adapter"],
+                        help="actor.lora.sync of each run, in order")
+    parser.add_argument("--steps", type=int, default=3, help="steps per run; times are medians after step 1")
+    parser.add_argument("--rank", type=int, default=16, help="actor.lora.rank (alpha = 2 × rank)")
+    parser.add_argument("--prompts", type=int, default=32, help="prompts per step (data.train_batch_size)")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt (rollout.n)")
+    parser.add_argument("--max-response", type=int, default=256, help="data.max_response_length")
+    parser.add_argument("--rollout", default="vllm", help="rollout.name (hf: a CPU check of the suite, merged only)")
+    parser.add_argument("--config-dir", default=str(ROOT / "bench/configs/qwen3-8b"))
+    parser.add_argument("--data", default=None, help="a dir with train.parquet (GSM8K in verl's schema); "
+                        "default: the embedded arithmetic task")
+    parser.add_argument("--work", default="/tmp/recipezoo-lora", help="model dir, MLflow store, logs")
+    parser.add_argument("--out", default=str(ROOT / "results/lora"))
+    parser.add_argument("--timeout-s", type=int, default=600, help="per run")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides for every run")
+    args = parser.parse_args(argv)
+    if args.rollout != "vllm" and "adapter" in args.syncs:
+        parser.error("--syncs adapter needs --rollout vllm: only vLLM serves an adapter")
+    return args
+
+
+def run_overrides(args, sync: str, model: Path, store: Path, name: str) -> list[str]:
+    data = Path(args.data) / "train.parquet" if args.data else "embedded://arithmetic"
+    return [
+        f"model.path={model}", "model.init=random", f"data.train_files={data}", f"data.val_files={data}",
+        "data.max_prompt_length=512", f"data.max_response_length={args.max_response}",
+        f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}",
+        f"actor.ppo_mini_batch_size={max(1, args.prompts // 2)}",  # two optimizer steps per rollout
+        f"rollout.name={args.rollout}", "rollout.gpu_memory_utilization=0.35",
+        f"actor.lora.rank={args.rank}", f"actor.lora.alpha={2 * args.rank}", f"actor.lora.sync={sync}",
+        "actor.lr=1e-5", "actor.gradient_checkpointing=true",
+        # Compiling each block takes minutes for an 8B model, more than a short run measures; off in every run.
+        "actor.compile_layers=false",
+        f"reward.custom_function.path={ROOT / 'bench/varied_reward.py'}", "reward.custom_function.name=compute_score",
+        f"trainer.total_steps={args.steps}", "trainer.test_freq=0", "trainer.save_freq=0",
+        f"trainer.output_dir={store.parent / 'outputs' / name}",
+        f"tracking.uri=file:{store}", f"tracking.experiment={EXPERIMENT}", f"tracking.run_name={name}",
+        "tracking.backends=[console,mlflow]",
+    ]
+
+
+def run_one(args, sync: str, model: Path, work: Path) -> dict:
+    name = f"grpo_lora-r{args.rank}-{sync}_{model.name.removeprefix('model-')}_1gpu"
+    store = work / "mlruns"
+    command = [sys.executable, "-m", "core.cli", "train", "--recipe", "grpo",
+               *run_overrides(args, sync, model, store, name), *args.overrides]
+    log = work / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[lora] {name}: starting", flush=True)
+    start = time.time()
+    with PeakMemoryMonitor() as memory, open(log, "w") as sink:
+        process = subprocess.run(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                 timeout=args.timeout_s)
+    wall = time.time() - start
+    if process.returncode:
+        tail = log.read_text().splitlines()[-30:]
+        raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
+    config = json.loads((model / "config.json").read_text())
+    summary = summarise(step_history(store, name, EXPERIMENT), 1, config)
+    result = {"name": name, "recipe": "grpo", "model": f"{model.name.removeprefix('model-')} (random init from its config)",
+              "gpus": 1, "sync": sync, "lora": {"rank": args.rank, "alpha": 2 * args.rank, "target_modules": "all-linear"},
+              "rollout": args.rollout, "commit": git_commit(), "command": " ".join(command[1:]), "wall_s": wall,
+              "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
+              "sync_s": summary["stages_s"].get("sync_weights"), **summary}
+    print(f"[lora] {name}: {result['median_step_s']:.1f} s/step, sync {result['sync_s']:.2f} s "
+          f"(medians after step 1), wall {wall:.0f} s", flush=True)
+    return result
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the runs' file store, read back here
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = model_dir(Path(args.config_dir), work)
+    for sync in args.syncs:
+        result = run_one(args, sync, model, work)
+        path = out / f"{result['name']}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"[lora] wrote {path}", flush=True)
+    print(f"[lora] wrote {write_report(out)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""bench/lora_suite.py end to end on CPU: a tiny random-init model, the HF rollout, two steps, its json and the
+README bench/lora_report.py generates from it (the GPU run is the same code with Qwen3-8B and vLLM)."""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import lora_suite  # noqa: E402
+
+
+def test_the_suite_runs_a_tiny_model_and_reports_it(random_model_dir, tmp_path):
+    out = tmp_path / "results"
+    assert lora_suite.main(["--syncs", "merged", "--rollout", "hf", "--steps", "2", "--rank", "4", "--prompts", "4",
+                            "--n", "2", "--max-response", "6", "--config-dir", random_model_dir,
+                            "--work", str(tmp_path / "work"), "--out", str(out), "trainer.device=cpu",
+                            "data.max_prompt_length=64"]) == 0
+    (path,) = out.glob("grpo_lora-r4-merged_*_1gpu.json")
+    result = json.loads(path.read_text())
+    assert (result["sync"], result["lora"]["rank"], result["gpus"]) == ("merged", 4, 1)
+    assert result["median_step_s"] > 0 and result["sync_s"] == result["stages_s"]["sync_weights"] > 0
+    assert result["generated_tokens_per_s_per_gpu"] > 0 and result["trained_tokens_per_s_per_gpu"] > 0
+    assert set(result["steps"]) == {"1", "2"} and "actor.lora.sync=merged" in result["command"]
+    readme = (out / "README.md").read_text()
+    assert f"| LoRA r4, merged sync | 1 | {result['median_step_s']:.1f} |" in readme
+
+
+def test_adapter_sync_needs_vllm():
+    import pytest
+
+    with pytest.raises(SystemExit):
+        lora_suite.parse_args(["--rollout", "hf"])  # the default --syncs includes adapter
