@@ -67,6 +67,7 @@ def write_report(folder: Path, full_dir: Path = ROOT / "results/scale") -> Path:
     lines += faster_sync(lora)
     lines += ["", "Each json holds the exact command, the commit and every step's metrics."]
     out = Path(folder) / "README.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     return out
 
