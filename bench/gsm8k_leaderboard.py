@@ -230,7 +230,8 @@ def variant_overrides(variant: str, args) -> list[str]:
 def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, finish_by: float | None) -> list[str]:
     variant = job.variant or "grpo"  # the pretrained model's engine is built from GRPO's config
     command = [sys.executable, str(REPO / "bench" / "gsm8k_run.py"), "--recipe", VARIANTS[variant],
-               "--name", job.row or variant, "--job", job.name, "--data-dir", args.data_dir, "--work", str(out / "work" / job.name),
+               "--name", job.row or variant, "--job", job.name, "--data-dir", args.data_dir,
+               "--work", str(out / "work" / job.name),
                "--reserve-s", str(args.reserve_s), "--gpu-lock", str(out / "locks" / f"gpu{job.gpu or 'cpu'}"),
                "--eval-prompt-length", str(eval_len)]
     command += ["--eval-only"] if job.variant is None else []

@@ -94,6 +94,7 @@ def run_one(args, sync: str, model: Path, work: Path) -> dict:
         raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
     config = json.loads((model / "config.json").read_text())
     summary = summarise(step_history(store, name, EXPERIMENT), 1, config)
+    summary.pop("update_mfu")  # counts full-weight gradients, which a frozen base does not compute
     result = {"name": name, "recipe": "grpo", "model": f"{model.name.removeprefix('model-')} (random init from its config)",
               "gpus": 1, "sync": sync, "lora": {"rank": args.rank, "alpha": 2 * args.rank, "target_modules": "all-linear"},
               "rollout": args.rollout, "commit": git_commit(), "command": " ".join(command[1:]), "wall_s": wall,

@@ -11,6 +11,7 @@ kinds of value) are listed in `KINDS_BEYOND_DEFAULT`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -237,6 +238,9 @@ def check_lora(resolved: dict) -> None:
         raise ConfigError(f"actor.lora.rank={rank} with actor.tensor_parallel_size="
                           f"{resolved['actor']['tensor_parallel_size']} — LoRA trains under FSDP2 alone; set "
                           "actor.tensor_parallel_size=1 (a LoRA policy's state is small enough)")
+    if importlib.util.find_spec("peft") is None:
+        raise ConfigError(f"actor.lora.rank={rank} needs PEFT, which is not installed — pip install peft (on CPU: "
+                          "pip install -c constraints-cpu.txt peft)")
     if lora["sync"] == "adapter" and rollout != "vllm":
         raise ConfigError(f"actor.lora.sync=adapter with rollout.name={rollout} — only vLLM serves an adapter; "
                           "use actor.lora.sync=merged or rollout.name=vllm")

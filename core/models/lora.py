@@ -216,6 +216,9 @@ def write_adapter_dir(adapter_state: dict[str, torch.Tensor], spec: LoraSpec, ou
     state = peft_adapter_state({k: v.to(dtype) if dtype else v for k, v in adapter_state.items()})
     save_file(state, str(out / "adapter_model.safetensors"))
     config = spec.peft_config().to_dict()
+    # The layers the adapter covers by name, as PEFT saves an injected adapter (all-linear resolved).
+    config["target_modules"] = sorted({name.split(".lora_A.")[0].rsplit(".", 1)[-1] for name in adapter_state
+                                       if ".lora_A." in name})
     config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}  # json has no sets
     (out / "adapter_config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
     return out
