@@ -48,7 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "default: the embedded arithmetic task")
     parser.add_argument("--work", default="/tmp/recipezoo-lora", help="model dir, MLflow store, logs")
     parser.add_argument("--out", default=str(ROOT / "results/lora"))
-    parser.add_argument("--timeout-s", type=int, default=600, help="per run")
+    parser.add_argument("--timeout-s", type=int, default=300,
+                        help="per run: a stuck run is stopped and the next one measured")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every run")
     args = parser.parse_args(argv)
     if args.rollout != "vllm" and "adapter" in args.syncs:
@@ -111,13 +112,19 @@ def main(argv=None) -> int:
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = model_dir(Path(args.config_dir), work)
+    failed = []
     for sync in args.syncs:
-        result = run_one(args, sync, model, work)
+        try:
+            result = run_one(args, sync, model, work)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:  # the other sync mode still gets measured
+            print(f"[lora] {sync} sync failed: {error}", flush=True)
+            failed.append(sync)
+            continue
         path = out / f"{result['name']}.json"
         path.write_text(json.dumps(result, indent=1) + "\n")
         print(f"[lora] wrote {path}", flush=True)
     print(f"[lora] wrote {write_report(out)}", flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
 from core.rollout.placement import EnginePlacement, check_engine_split
-from core.rollout.vllm import engine_kwargs
+from core.rollout.vllm import engine_kwargs, vllm_lora_rank
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = OmegaConf.create({"tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.35, "enforce_eager": False,
@@ -25,7 +25,16 @@ CFG = OmegaConf.create({"tensor_model_parallel_size": 1, "gpu_memory_utilization
 def kwargs_for(rank: int, world: int, tp: int, **extra):
     placement = EnginePlacement(rank=rank, world_size=world, tensor_parallel_size=tp)
     return engine_kwargs("m", CFG, placement, dtype="bfloat16", seed=7, max_model_len=1024,
-                         dummy_weights=extra.get("dummy", False), cuda=True)
+                         dummy_weights=extra.get("dummy", False), cuda=True, lora_rank=extra.get("lora_rank"))
+
+
+def test_adapter_sync_engines_serve_one_adapter_of_the_next_rank_vllm_accepts():
+    assert "enable_lora" not in kwargs_for(0, 1, 1)
+    kwargs = kwargs_for(0, 1, 1, lora_rank=12)
+    assert (kwargs["enable_lora"], kwargs["max_loras"], kwargs["max_lora_rank"]) == (True, 1, 16)
+    assert vllm_lora_rank(16) == 16 and vllm_lora_rank(1) == 1
+    with pytest.raises(ValueError, match="actor.lora.rank=600: vLLM serves adapters up to rank 512"):
+        vllm_lora_rank(600)
 
 
 def test_one_rank_keeps_the_in_process_executor():
