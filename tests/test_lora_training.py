@@ -124,3 +124,8 @@ def test_vllm_serves_the_synced_adapter(fast_overrides, tmp_path):
     policy = actor.compute_log_probs(batch)
     assert (policy - batch["rollout_log_probs"])[mask].abs().max() < 1e-3  # vLLM sampled the trained policy...
     assert (policy - actor.compute_log_probs(batch, adapters=False))[mask].abs().max() > 1e-2  # ...not the base
+
+
+def test_the_dry_run_names_the_lora_actor_and_its_reference(capsys):
+    assert cli_main(["train", "--recipe", "grpo", "--dry-run", "actor.lora.rank=16"]) == 0
+    assert "actor (LoRA rank 16, merged sync)+rollout+ref (the actor with its adapters off)" in capsys.readouterr().out

@@ -35,7 +35,10 @@ def make_plan(config) -> dict:
     val_rows = check_data_schema(data_files_or_error(data, "val"), data.prompt_key, data.ground_truth_key,
                                  files_key="data.val_files")
 
-    roles = ["actor", "rollout"] + (["ref"] if actor.use_kl_loss or config.algorithm.use_kl_in_reward else [])
+    lora = actor.lora.rank
+    roles = [f"actor (LoRA rank {lora}, {actor.lora.sync} sync)" if lora else "actor", "rollout"]
+    if actor.use_kl_loss or config.algorithm.use_kl_in_reward:
+        roles.append("ref (the actor with its adapters off)" if lora else "ref")
     seqs_per_mini = actor.ppo_mini_batch_size * rollout.n
     per_device = seqs_per_mini // world
     steps_per_epoch = sum(train_rows.values()) // data.train_batch_size
