@@ -3,7 +3,7 @@
 On one machine's GPUs, into one MLflow file store, a run export and a leaderboard:
 
     bash bench/gsm8k_leaderboard.sh [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
-        [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 4] [--steps 25] [--time-limit-s 540]
+        [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 4] [--steps 25] [--time-limit-s 540] [--min-job-s 400]
         [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
         [-- <config overrides for every run>]
     python bench/gsm8k_leaderboard.py --merge DIR [DIR ...]    # -> results/gsm8k_leaderboard/ and results/leaderboard.md
@@ -79,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
                         "stops early enough for every job to evaluate and the export to be written (0: none)")
     parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
+    parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
+                        f"started with less time left than this, so that it trains every step (default: --reserve-s "
+                        f"+ {MIN_TRAIN_S}, enough for one step)")
     parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
     parser.add_argument("--data-dir", default=str(REPO / "data"), help="gsm8k/{train,test}.parquet, "
                         "math500/test.parquet, aime24/test.parquet; made with `recipezoo data` when missing")
@@ -330,7 +333,7 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             gpu = min(gpus, key=lambda g: (load[g], gpus.index(g)))
             if load[gpu] >= args.runs_per_gpu:
                 break
-            if deadline is not None and deadline - time.time() < args.reserve_s + MIN_TRAIN_S:
+            if deadline is not None and deadline - time.time() < (args.min_job_s or args.reserve_s + MIN_TRAIN_S):
                 for job in queue:
                     job.status = "not started"
                     print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s", flush=True)

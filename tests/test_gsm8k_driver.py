@@ -262,6 +262,18 @@ def test_every_variant_loads_with_the_shared_budget(tmp_path):
     assert (ppo.critic.lr, ppo.critic.micro_batch_size, ppo.algorithm.adv_estimator) == (1e-5, 16, "gae")
 
 
+def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(driver, "start_job", lambda job, *rest: started.append(job.name))
+    args = driver.parse_args(["--runs-per-gpu", "2", "--min-job-s", "400"])
+    jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
+    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 399, {})
+    assert started == [] and [job.status for job in jobs] == ["not started"] * 2
+    assert capsys.readouterr().out.count("too little time left") == 2
+    # Without --min-job-s, the evaluation reserve and one step's time (120 + 90 s) are enough to start.
+    assert driver.parse_args([]).min_job_s is None
+
+
 def test_gpu_time_is_split_among_the_processes_sharing_it():
     # The run [0, 100]; another process on its GPU over [0, 50], a third over [25, 100]:
     # 25 s shared by 2, 25 s by 3, 50 s by 2 = 12.5 + 8.33 + 25.
