@@ -342,6 +342,8 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     (run,) = export["runs"]
     assert run["recipe"] == "grpo" and run["steps"] == 2 and run["tags"]["after_eval"] == "done"
     assert float(run["tags"]["gpu_seconds"]) > 0 and run["sampled_tokens"] > 0
+    assert {"gen", "old_log_prob", "update_actor"} <= set(run["stage_seconds"]) and "step" not in run["stage_seconds"]
+    assert 0 < run["stage_seconds"]["gen"] < run["step_seconds"]
     stages = sorted((entry["stage"], entry["run_name"].split(f"-{entry['stage']}-")[1]) for entry in export["evals"])
     sets = ["aime24", "gsm8k-flexible", "gsm8k-strict", "math500"]
     assert stages == [("after", name) for name in sets] + [("before", name) for name in sets]
@@ -352,9 +354,19 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     results = tmp_path / "results"
     results.mkdir()
     shutil.copy(REPO / "results" / "runs.json", results / "runs.json")
-    assert report.merge_outputs([out], results) == 0
-    assert load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"][0]["run_id"] == run["run_id"]
+    # Another invocation kept for its timings only: listed, marked, its runs not merged.
+    timing = tmp_path / "timing" / "invocations"
+    timing.mkdir(parents=True)
+    (record_path,) = (out / "invocations").glob("*.json")
+    record = json.loads(record_path.read_text())
+    (timing / "20000101-000000.json").write_text(json.dumps({**record, "runs_per_gpu": 6}))
+    assert report.merge_outputs([out], results, [timing.parent]) == 0
+    assert [entry["run_id"] for entry in load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"]] == [
+        run["run_id"]]
     readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
     assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
+    assert readme.count("| 6 |") == 1 and "| no |" in readme and "| yes |" in readme
+    assert sorted(path.name for path in (results / "gsm8k_leaderboard" / "invocations").iterdir()) == [
+        "20000101-000000.json", record_path.name]
     merged = json.loads((results / "leaderboard.json").read_text())
     assert merged["rows"] and merged["before_after"]["rows"][0]["recipe"] == "grpo"
