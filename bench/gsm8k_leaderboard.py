@@ -3,13 +3,17 @@
 On one machine's GPUs, into one MLflow file store, a run export and a leaderboard:
 
     bash bench/gsm8k_leaderboard.sh [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
-        [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 4] [--steps 25] [--time-limit-s 540]
+        [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 1] [--steps 25] [--time-limit-s 540]
+        [--min-job-s 400]
         [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
         [--lora-rank 16] [-- <config overrides for every run>]
-    python bench/gsm8k_leaderboard.py --merge DIR [DIR ...]    # -> results/gsm8k_leaderboard/ and results/leaderboard.md
+    python bench/gsm8k_leaderboard.py --merge DIR [DIR ...] [--timing-only DIR ...]
+        # -> results/gsm8k_leaderboard/ and results/leaderboard.md
 
-Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu at once per
-GPU, each engine with 1/K of --engine-memory: a 135M-parameter model cannot fill an H100 alone. A job trains one
+Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu (K) at once
+per GPU, each engine with 1/K of --engine-memory. One at a time is the default: on an H200, six SmolLM2 jobs sharing
+the GPU made no more steps per second together than one alone (results/gsm8k_leaderboard/README.md), and their
+engine starts wait for each other. A job trains one
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
 stopped_by_budget: stopped on purpose, still counted), and evaluates its final policy; --eval-before adds one
 job that evaluates the pretrained model. Jobs already done in --out are skipped, so an invocation cut short is
@@ -77,12 +81,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-before", action="store_true", help="also evaluate the pretrained model (one job)")
     parser.add_argument("--eval-before-only", action="store_true", help="only evaluate the pretrained model")
     parser.add_argument("--gpus", default="auto", help="comma-separated CUDA device ids; auto: all; cpu: none")
-    parser.add_argument("--runs-per-gpu", type=int, default=4, help="jobs at once per GPU (K)")
+    parser.add_argument("--runs-per-gpu", type=int, default=1, help="jobs at once per GPU (K)")
     parser.add_argument("--engine-memory", type=float, default=0.4, help="share of each GPU's memory for the K "
                         "vLLM engines together (each gets 1/K of it); the rest is the trainers'")
     parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
                         "stops early enough for every job to evaluate and the export to be written (0: none)")
     parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
+    parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
+                        f"started with less time left than this, so that it trains every step (default: --reserve-s "
+                        f"+ {MIN_TRAIN_S}, enough for one step)")
     parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
     parser.add_argument("--data-dir", default=str(REPO / "data"), help="gsm8k/{train,test}.parquet, "
                         "math500/test.parquet, aime24/test.parquet; made with `recipezoo data` when missing")
@@ -110,6 +117,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     evals.add_argument("--eval-limit", type=int, default=None, help="first N prompts of each eval set")
     evals.add_argument("--eval-max-tokens", type=int, default=None, help="cap every eval set's new tokens")
     parser.add_argument("--merge", nargs="+", metavar="DIR", help="merge these --out dirs into --results")
+    parser.add_argument("--timing-only", nargs="+", metavar="DIR", default=[], help="with --merge: list these --out "
+                        "dirs' invocations for their timings, but keep their runs (another budget) out of the table")
     parser.add_argument("--results", default=str(REPO / "results"), help="with --merge: the committed results dir")
     args, overrides = parser.parse_known_args(argv)
     args.overrides = [o for o in overrides if o != "--"]
@@ -201,7 +210,7 @@ def run_overrides(args, data: Path, uri: str, engine_len: int) -> list[str]:
         f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}", f"actor.ppo_mini_batch_size={args.mini_batch}",
         f"data.max_prompt_length={args.max_prompt}", f"data.max_response_length={args.max_response}",
         f"actor.lr={args.lr}", f"rollout.temperature={args.temperature}", f"trainer.total_steps={args.steps}",
-        # K trainers share a GPU: micro-batches of 8k real tokens keep each one's activations to a few GiB.
+        # Micro-batches of 8k real tokens keep a trainer's activations to a few GiB, also when K share a GPU.
         "actor.micro_batch_tokens=8192",
         f"trainer.test_freq={args.test_freq}", "trainer.save_freq=0",
         # The reward a 135M model can learn from first: a `#### N` answer earns format_score even when wrong.
@@ -339,7 +348,7 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             gpu = min(gpus, key=lambda g: (load[g], gpus.index(g)))
             if load[gpu] >= args.runs_per_gpu:
                 break
-            if deadline is not None and deadline - time.time() < args.reserve_s + MIN_TRAIN_S:
+            if deadline is not None and deadline - time.time() < (args.min_job_s or args.reserve_s + MIN_TRAIN_S):
                 for job in queue:
                     job.status = "not started"
                     print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s", flush=True)
@@ -358,7 +367,8 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.merge:
-        return merge_outputs([Path(folder) for folder in args.merge], Path(args.results))
+        return merge_outputs([Path(folder) for folder in args.merge], Path(args.results),
+                             [Path(folder) for folder in args.timing_only])
     started = time.time()
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a file store: no SQLAlchemy needed
     out = Path(args.out).resolve()

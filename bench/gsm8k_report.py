@@ -139,16 +139,28 @@ def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: 
     return 1 if "crashed" in by_status else 0
 
 
-def merge_outputs(folders: list[Path], results: Path) -> int:
-    """Several --out dirs -> results/gsm8k_leaderboard/{runs.json,README.md} and results/leaderboard.*."""
+def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = ()) -> int:
+    """Several --out dirs -> results/gsm8k_leaderboard/{runs.json,README.md,invocations/} and results/leaderboard.*.
+
+    The runs of `timing_only` dirs (another budget: a measurement of how jobs share a GPU, say) stay out of
+    the table; their invocations are listed, marked as not counted, for their timings.
+    """
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
     exports = [export_runs((folder / "mlruns").resolve().as_uri(), EXPERIMENT) if (folder / "mlruns").is_dir()
                else load_export(folder / "runs.json") for folder in folders]
     merged = merge_exports(exports)
     target = results / "gsm8k_leaderboard"
     save_export(merged, target / "runs.json")
-    invocations = [json.loads(path.read_text()) for folder in folders
-                   for path in sorted((folder / "invocations").glob("*.json"))]
+    records = {}
+    for folder in [*folders, *timing_only]:
+        for path in sorted((folder / "invocations").glob("*.json")):
+            record = json.loads(path.read_text())
+            record["counted"] = record.get("counted", True) and folder not in timing_only
+            records[path.name] = record
+    (target / "invocations").mkdir(parents=True, exist_ok=True)
+    for name, record in records.items():
+        (target / "invocations" / name).write_text(json.dumps(record, indent=2) + "\n")
+    invocations = [records[name] for name in sorted(records)]
     (target / "README.md").write_text(render_readme(invocations), encoding="utf-8")
     sources = [path for path in (results / "runs.json", target / "runs.json") if path.is_file()]
     shown = " ".join(_relative(path) for path in sources)
@@ -193,15 +205,18 @@ def render_readme(invocations: list[dict]) -> str:
         lines.append(_model_line(invocations[0]))
         versions = invocations[0].get("versions") or {}
         lines.append("- Versions: " + ", ".join(f"{key} {value}" for key, value in versions.items()) + ".")
-    lines += ["", "## Invocations", "", "| started | command | devices | jobs per GPU | wall time | jobs |",
-              "|---|---|---|---:|---:|---|"]
+    lines += ["", "## Invocations", "", "Runs in the table: no for an invocation kept for its timings only (another "
+              "budget), whose runs are not in `runs.json`.", "",
+              "| started | command | devices | jobs per GPU | wall time | jobs | runs in the table |",
+              "|---|---|---|---:|---:|---|---|"]
     for record in invocations:
         devices = ", ".join(f"{name} ({gpu})" for gpu, name in sorted(record["devices"].items())) or "CPU"
         counts: dict[str, int] = {}
         for job in record["jobs"]:
             counts[job["status"]] = counts.get(job["status"], 0) + 1
         lines.append(f"| {record['started']} | `{record['command']}` | {devices} | {record['runs_per_gpu']} | "
-                     f"{_seconds(record['wall_s'])} | {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))} |")
+                     f"{_seconds(record['wall_s'])} | {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))} | "
+                     f"{'yes' if record.get('counted', True) else 'no'} |")
     lines += ["", "## Jobs", "", "Setup: model, trainer and engine start (one at a time per GPU); s/step while sharing "
               "the GPU. A crashed job is not counted; `skipped` was done by an earlier invocation.", "",
               "| job | started | GPU | status | setup | training | steps | s/step | evaluation | training run |",

@@ -273,6 +273,18 @@ def test_lora_rank_trains_lora_policies_in_rows_of_their_own(tmp_path):
     assert (config.actor.lora.rank, config.actor.lr, config.tracking.run_name) == (16, 1e-4, "grpo-lora16-seed1")
 
 
+def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(driver, "start_job", lambda job, *rest: started.append(job.name))
+    args = driver.parse_args(["--runs-per-gpu", "2", "--min-job-s", "400"])
+    jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
+    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 399, {})
+    assert started == [] and [job.status for job in jobs] == ["not started"] * 2
+    assert capsys.readouterr().out.count("too little time left") == 2
+    # Without --min-job-s, the evaluation reserve and one step's time (120 + 90 s) are enough to start.
+    assert driver.parse_args([]).min_job_s is None
+
+
 def test_gpu_time_is_split_among_the_processes_sharing_it():
     # The run [0, 100]; another process on its GPU over [0, 50], a third over [25, 100]:
     # 25 s shared by 2, 25 s by 3, 50 s by 2 = 12.5 + 8.33 + 25.
@@ -341,6 +353,8 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     (run,) = export["runs"]
     assert run["recipe"] == "grpo" and run["steps"] == 2 and run["tags"]["after_eval"] == "done"
     assert float(run["tags"]["gpu_seconds"]) > 0 and run["sampled_tokens"] > 0
+    assert {"gen", "old_log_prob", "update_actor"} <= set(run["stage_seconds"]) and "step" not in run["stage_seconds"]
+    assert 0 < run["stage_seconds"]["gen"] < run["step_seconds"]
     stages = sorted((entry["stage"], entry["run_name"].split(f"-{entry['stage']}-")[1]) for entry in export["evals"])
     sets = ["aime24", "gsm8k-flexible", "gsm8k-strict", "math500"]
     assert stages == [("after", name) for name in sets] + [("before", name) for name in sets]
@@ -351,9 +365,19 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     results = tmp_path / "results"
     results.mkdir()
     shutil.copy(REPO / "results" / "runs.json", results / "runs.json")
-    assert report.merge_outputs([out], results) == 0
-    assert load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"][0]["run_id"] == run["run_id"]
+    # Another invocation kept for its timings only: listed, marked, its runs not merged.
+    timing = tmp_path / "timing" / "invocations"
+    timing.mkdir(parents=True)
+    (record_path,) = (out / "invocations").glob("*.json")
+    record = json.loads(record_path.read_text())
+    (timing / "20000101-000000.json").write_text(json.dumps({**record, "runs_per_gpu": 6}))
+    assert report.merge_outputs([out], results, [timing.parent]) == 0
+    assert [entry["run_id"] for entry in load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"]] == [
+        run["run_id"]]
     readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
     assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
+    assert readme.count("| 6 |") == 1 and "| no |" in readme and "| yes |" in readme
+    assert sorted(path.name for path in (results / "gsm8k_leaderboard" / "invocations").iterdir()) == [
+        "20000101-000000.json", record_path.name]
     merged = json.loads((results / "leaderboard.json").read_text())
     assert merged["rows"] and merged["before_after"]["rows"][0]["recipe"] == "grpo"

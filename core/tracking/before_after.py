@@ -333,11 +333,11 @@ def _intro(rows: list[RecipeRow]) -> list[str]:
     shares = [int(run["tags"]["gpu_share"]) for run in runs if run.get("tags", {}).get("gpu_share")]
     if devices or shares:
         lines.append(f"- Hardware: {', '.join(devices) or 'GPU not logged'}; "
-                     + (f"up to {max(shares)} processes (training runs and evaluations) shared one device at once. "
-                        if shares else "")
+                     + (_sharing(max(shares)) if shares else "")
                      + "*GPU-min*: the run's training wall time (MLflow run start to end: model and engine start, "
                        "training, validation; not the final evaluation), each moment divided by the number of "
-                       "processes on its GPU then. *s/step*: mean `timing_s/step`, measured while sharing.")
+                       "processes on its GPU then. *s/step*: mean `timing_s/step`"
+                     + (", measured while sharing." if shares and max(shares) > 1 else "."))
     if any(run.get("tags", {}).get("stopped_by_budget") for run in runs):
         lines.append("- *steps*: a run stopped on purpose by its time budget counts with the steps it made; "
                      "(k stopped) says how many of the row's runs were.")
@@ -346,17 +346,27 @@ def _intro(rows: list[RecipeRow]) -> list[str]:
 
 def _details(section: BeforeAfter, rows: list[RecipeRow]) -> list[str]:
     """The runs one by one, folded: the after figures of each seed and why a run stopped early."""
-    header = ["recipe", "seed", "steps", *[column.name for column in section.columns], "stopped", "training run"]
+    header = ["recipe", "seed", "steps", *[column.name for column in section.columns], "s/step: stages", "stopped",
+              "training run"]
     lines = ["", "<details><summary>Every run</summary>", "", "| " + " | ".join(header) + " |",
-             "|---|---:|---:|" + "---:|" * len(section.columns) + "---|---|"]
+             "|---|---:|---:|" + "---:|" * len(section.columns) + "---|---|---|"]
     for row in rows:
         for member in row.runs:
             run = member.train_run
             cells = [row.recipe, run["seed"], run["steps"],
                      *[_optional(member.after.get(column), ".3f") for column in section.columns],
-                     run.get("tags", {}).get("stopped_by_budget") or "", run["run_id"]]
+                     _stage_text(run), run.get("tags", {}).get("stopped_by_budget") or "", run["run_id"]]
             lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
     return lines + ["", "</details>"]
+
+
+def _stage_text(run: dict) -> str:
+    """`9.6: gen 3.2, old_log_prob 2.3, ...`: the mean step and the stages that took it (exports without: —)."""
+    if run.get("step_seconds") is None:
+        return "—"
+    stages = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in (run.get("stage_seconds") or {}).items()
+                       if seconds >= 0.05)
+    return f"{run['step_seconds']:.1f}" + (f": {stages}" if stages else "")
 
 
 def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]:
@@ -418,3 +428,9 @@ def before_after_records(section: BeforeAfter) -> dict:
     befores = {model: {column.name: _round(values.get(column)) for column in section.columns}
                for model, values in sorted(section.befores.items())}
     return {"columns": columns, "before": befores, "rows": rows, "runs": runs, "left_out": section.left_out}
+
+
+def _sharing(most: int) -> str:
+    if most == 1:
+        return "each training run had its device to itself. "
+    return f"up to {most} processes (training runs and evaluations) shared one device at once. "

@@ -54,7 +54,8 @@ GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step
 # Every response token the engine sampled for a step, including those not trained on (ReMax's greedy
 # baseline, DAPO's dropped groups); logged by bench/gsm8k_run.py.
 SAMPLED_TOKENS_KEY = "rollout/sampled_tokens"
-STEP_TIME_KEY = "timing_s/step"
+STAGE_TIME_PREFIX = "timing_s/"
+STEP_TIME_KEY = STAGE_TIME_PREFIX + "step"
 # Tags a benchmark driver sets on a training run (bench/gsm8k_leaderboard.py):
 STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps, e.g. "time: after step 17 of 25"
 GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when runs share GPUs
@@ -167,6 +168,8 @@ def _export_run(client, run) -> dict:
     tokens = history(GENERATED_TOKENS_KEY) if GENERATED_TOKENS_KEY in metrics else []
     sampled = history(SAMPLED_TOKENS_KEY) if SAMPLED_TOKENS_KEY in metrics else None
     step_times = history(STEP_TIME_KEY) if STEP_TIME_KEY in metrics else []
+    stages = {key.removeprefix(STAGE_TIME_PREFIX): history(key) for key in sorted(metrics)
+              if key.startswith(STAGE_TIME_PREFIX) and key != STEP_TIME_KEY}
     train_steps = histories[TRAIN_REWARD_KEY]
     return {
         "run_id": info.run_id,
@@ -179,6 +182,9 @@ def _export_run(client, run) -> dict:
         "generated_tokens": int(round(sum(value for _, value in tokens))),
         "sampled_tokens": None if sampled is None else int(round(sum(value for _, value in sampled))),
         "step_seconds": round(sum(v for _, v in step_times) / len(step_times), 3) if step_times else None,
+        # Where a step's time goes (gen, old_log_prob, update_actor, ...): means over the steps, 0 s stages left out.
+        "stage_seconds": {stage: round(sum(v for _, v in points) / len(points), 3)
+                          for stage, points in stages.items() if points and any(v > 0 for _, v in points)},
         "tags": {key: tags[key] for key in BENCH_TAGS if key in tags},
         "params": {key: params.get(key) for key in EXPORTED_PARAMS},
         "final": final,
