@@ -145,6 +145,8 @@ def wanted_jobs(args) -> list[Job]:
             pairs.append((variant, int(seed)))
     else:
         pairs = [(variant, seed) for seed in args.seeds for variant in args.recipes]
+    if args.lora_rank and any(variant == "ppo" for variant, _ in pairs):
+        raise SystemExit("--lora-rank: ppo's critic has no LoRA option; pick the other recipes with --recipes or --only")
     suffix = f"-lora{args.lora_rank}" if args.lora_rank else ""
     return jobs + [Job(f"{variant}{suffix}-seed{seed}", variant, seed, row=variant + suffix) for variant, seed in pairs]
 

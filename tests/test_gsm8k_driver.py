@@ -271,6 +271,8 @@ def test_lora_rank_trains_lora_policies_in_rows_of_their_own(tmp_path):
     assert command[command.index("--name") + 1] == "grpo-lora16"  # its leaderboard row, beside grpo's
     config = load_config("grpo", command[command.index("--") + 1:])
     assert (config.actor.lora.rank, config.actor.lr, config.tracking.run_name) == (16, 1e-4, "grpo-lora16-seed1")
+    with pytest.raises(SystemExit, match="ppo's critic has no LoRA option"):
+        driver.wanted_jobs(driver.parse_args(["--lora-rank", "16"]))  # the default recipes include ppo
 
 
 def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatch, capsys):
