@@ -20,6 +20,7 @@ from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.aggregation import AGG_MODES
 from core.algos.kl import KL_ESTIMATORS
 from core.algos.policy_loss import POLICY_LOSSES
+from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
 from core.config import CONFIG_DIR, ConfigError
 from core.data.dataset import TRUNCATION_MODES
 from core.models.random_init import MODEL_INITS
@@ -66,9 +67,11 @@ RANGES = {  # key -> the valid range, as the error states it
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
         "actor.kl_loss_coef", "critic.warmup_steps", "critic.weight_decay", "critic.cliprange_value",
-        "algorithm.kl_coef", "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
+        "algorithm.kl_coef", "algorithm.rollout_correction.mask_low",
+        "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
         "trainer.max_ckpt_to_keep", "trainer.critic_warmup", "trainer.num_threads", "trainer.seed"], "≥ 0"),
-    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s"], "> 0"),
+    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "algorithm.rollout_correction.tis_cap",
+                     "algorithm.rollout_correction.mask_high"], "> 0"),
     **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization"], "in (0, 1]"),
     **dict.fromkeys(["algorithm.gamma", "algorithm.lam"], "in [0, 1]"),
 }
@@ -134,6 +137,7 @@ def check_choices(resolved: dict) -> None:
         "trainer.controller": list(CONTROLLER_PACKAGES),
         "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
         "actor.policy_loss": POLICY_LOSSES.names(),
+        "algorithm.rollout_correction.mode": [NO_CORRECTION, *ROLLOUT_CORRECTIONS.names()],
         "actor.loss_agg_mode": AGG_MODES.names(),
         "critic.loss_agg_mode": AGG_MODES.names(),
         "actor.kl_loss_type": KL_ESTIMATORS.names(),
@@ -209,6 +213,10 @@ def check_algorithm(resolved: dict) -> None:
     if buffer["enable"] and buffer["len"] >= max_response:
         raise ConfigError(f"reward.overlong_buffer.len={buffer['len']} with data.max_response_length="
                           f"{max_response} — expected a buffer shorter than the response length")
+    correction = resolved["algorithm"]["rollout_correction"]
+    if correction["mask_low"] >= correction["mask_high"]:
+        raise ConfigError(f"algorithm.rollout_correction.mask_low={correction['mask_low']} ≥ mask_high="
+                          f"{correction['mask_high']} — expected a band with mask_low < mask_high")
 
 
 def lookup(tree: dict, dotted: str):

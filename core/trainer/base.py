@@ -13,6 +13,7 @@ import numpy as np
 
 from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
+from core.algos.rollout_correction import NO_CORRECTION, rollout_correction_weights
 from core.data.batch import Batch
 from core.engine.distributed import all_reduce_mean, all_reduce_sum
 from core.models.export import write_hf_files
@@ -64,6 +65,7 @@ class BaseTrainer:
                     batch = self.stage("gen", self.generate, batch)
                     batch = self.stage("reward", self.compute_rewards, batch)
                     batch = self.stage("old_log_prob", self.compute_log_probs, batch)
+                    batch = self.stage("rollout_corr", self.correct_off_policy, batch)
                     batch = self.stage("values", self.compute_values, batch)
                     batch = self.stage("adv", self.compute_advantages, batch)
                     metrics = self.stage("update_critic", self.update_critic, batch)
@@ -116,7 +118,8 @@ class BaseTrainer:
     def old_log_probs_from_update(self, batch: Batch) -> bool:
         """Skip the old-policy forward when the step is one optimizer step over this batch: the update's
         first forward runs on the very weights that generated it, so π_old is its output, detached.
-        Not with KL in the reward, which needs π_old before the update (`actor.recompute_old_log_probs`)."""
+        Not with KL in the reward, nor with a rollout correction: both need π_old before the update
+        (`actor.recompute_old_log_probs`)."""
         actor = self.config.actor
         if actor.recompute_old_log_probs not in ("auto", "always"):
             raise ValueError(f"actor.recompute_old_log_probs={actor.recompute_old_log_probs!r}: expected auto or always")
@@ -124,7 +127,21 @@ class BaseTrainer:
         # rank), so it is compared with this rank's share of a mini-batch, as the engine splits it.
         one_step = actor.ppo_epochs == 1 and len(batch) <= mini_batch_rows(self.config, self.world)
         return (actor.recompute_old_log_probs == "auto" and one_step
-                and not self.config.algorithm.use_kl_in_reward)
+                and not self.config.algorithm.use_kl_in_reward
+                and self.config.algorithm.rollout_correction.mode == NO_CORRECTION)
+
+    def correct_off_policy(self, batch: Batch) -> Batch:
+        """Importance weights π_old/π_rollout for the policy loss (`algorithm.rollout_correction`): the
+        rollout's tokens came from another engine's numerics, or from older weights off-policy."""
+        correction = self.config.algorithm.rollout_correction
+        if correction.mode == NO_CORRECTION:
+            return batch
+        weights, metrics = rollout_correction_weights(
+            batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], mode=correction.mode,
+            tis_cap=correction.tis_cap, mask_low=correction.mask_low, mask_high=correction.mask_high)
+        batch.tensors["rollout_is_weights"] = weights  # (B, T_resp)
+        self.step_metrics.update(metrics)
+        return batch
 
     def compute_values(self, batch: Batch) -> Batch:
         return batch  # critic-free algorithms; PPO overrides
