@@ -26,6 +26,7 @@ from core.data.dataset import TRUNCATION_MODES
 from core.models.random_init import MODEL_INITS
 from core.reward.build import GSM8K_METHODS, MANAGERS
 from core.tracking.tracker import backend_names
+from core.trainer.schedule import SCHEDULES
 
 ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
 CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
@@ -97,6 +98,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_parallelism(resolved, size, source)
     check_batch_sizes(resolved, size // resolved["actor"]["tensor_parallel_size"], source)
     check_algorithm(resolved)
+    check_schedule(resolved)
     return resolved
 
 
@@ -135,6 +137,7 @@ def check_choices(resolved: dict) -> None:
         "model.init": list(MODEL_INITS),
         "rollout.name": list(ROLLOUT_PACKAGES),
         "trainer.controller": list(CONTROLLER_PACKAGES),
+        "trainer.schedule": list(SCHEDULES),
         "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
         "actor.policy_loss": POLICY_LOSSES.names(),
         "algorithm.rollout_correction.mode": [NO_CORRECTION, *ROLLOUT_CORRECTIONS.names()],
@@ -217,6 +220,27 @@ def check_algorithm(resolved: dict) -> None:
     if correction["mask_low"] >= correction["mask_high"]:
         raise ConfigError(f"algorithm.rollout_correction.mask_low={correction['mask_low']} ≥ mask_high="
                           f"{correction['mask_high']} — expected a band with mask_low < mask_high")
+
+
+def check_schedule(resolved: dict) -> None:
+    """What cannot run off-policy, or beside a training step, under `trainer.schedule=one_step_off`."""
+    schedule = resolved["trainer"]["schedule"]
+    if schedule == "sync":
+        return
+    refusals = {
+        "algorithm.adv_estimator": (resolved["algorithm"]["adv_estimator"] == "remax",
+                                    "ReMax's greedy baseline must come from the weights being trained"),
+        "algorithm.filter_groups.enable": (resolved["algorithm"]["filter_groups"]["enable"],
+                                           "DAPO's dynamic sampling draws and scores more prompts inside the "
+                                           "rollout, which then runs beside the training step"),
+        "rollout.tensor_model_parallel_size": (resolved["rollout"]["tensor_model_parallel_size"] > 1,
+                                               "tensor-parallel engines synchronise their ranks mid-generation, "
+                                               "untested beside a training step"),
+    }
+    for key, (refused, why) in refusals.items():
+        if refused:
+            raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.schedule={schedule} — {why}; "
+                              "run it with trainer.schedule=sync")
 
 
 def lookup(tree: dict, dotted: str):

@@ -24,6 +24,7 @@ from core.tracking.metrics import timed
 from core.trainer.checkpoint import CheckpointManager, list_checkpoints
 from core.trainer.controllers import build_roles
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
+from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
 from core.trainer.validation import validate
 from core.trainer.workers import mini_batch_rows
@@ -39,6 +40,7 @@ class BaseTrainer:
         self.train_loader, self.val_dataset = parts.train_loader, parts.val_dataset
         self.actor_rollout, self.critic = parts.actor_rollout, parts.critic
         self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
+        self.schedule = SCHEDULES[config.trainer.schedule](self)  # which weights generate a step's rollouts
         self.tracking = parts.tracking
         self.resume_from = parts.resume_from
         self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
@@ -55,14 +57,14 @@ class BaseTrainer:
     # ---- the loop -----------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
         total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
-        with self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.actor_rollout):
+        with (self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.actor_rollout),
+              closed_at_exit(self.schedule)):
             first_step = self.resume() + 1
             val_metrics = self.validate(step=0) if first_step == 1 else {}
             for step in range(first_step, total + 1):
                 self.global_step, self.timings, self.step_metrics = step, {}, {}
                 with timed("step", self.timings):
-                    batch = next(self.train_loader)
-                    batch = self.stage("gen", self.generate, batch)
+                    batch = self.stage("gen", self.schedule.next_rollout)  # draw prompts, generate (schedule.py)
                     batch = self.stage("reward", self.compute_rewards, batch)
                     batch = self.stage("old_log_prob", self.compute_log_probs, batch)
                     batch = self.stage("rollout_corr", self.correct_off_policy, batch)
@@ -166,7 +168,8 @@ class BaseTrainer:
         return self.actor_rollout.update_policy(batch)
 
     def sync_weights(self) -> None:
-        self.actor_rollout.sync_weights()
+        with self.schedule.weight_sync():  # waits for a rollout still generating on the old weights
+            self.actor_rollout.sync_weights()
 
     # ---- checkpoints --------------------------------------------------------------------------
     def checkpoint_engines(self) -> dict:
@@ -175,7 +178,7 @@ class BaseTrainer:
 
     def save_checkpoint(self, step: int) -> None:
         engines = self.checkpoint_engines()
-        state = {"loader": self.train_loader.state_dict(), "val_history": self.val_history,
+        state = {"loader": self.schedule.loader_state(), "val_history": self.val_history,
                  "mlflow_run_id": self.tracking.run_id}
         hf_files = {role: (lambda out, e=engine: write_hf_files(e.model, self.tokenizer, out))
                     for role, engine in engines.items()}

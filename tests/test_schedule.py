@@ -1,0 +1,98 @@
+"""`trainer.schedule=one_step_off` for real (local controller, HF rollout in a background thread):
+its rollouts are exactly one weight version old, its data order and checkpoints are the synchronous
+run's, and the off-policy correction weighs its tokens as computed by hand."""
+
+import pytest
+import torch
+
+from core.config import ConfigError, load_config
+from core.config.validate import validate_config
+from core.trainer.checkpoint import read_trainer_state
+from recipes.grpo.trainer import GRPOTrainer
+
+STEPS = 3
+VARIED_REWARD = ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                 "    return (sum(map(ord, solution_str)) % 7) / 6  # varies, so every step changes the weights\n")
+
+
+def record_run(model_dir, tmp_path, schedule):
+    """Fit `STEPS` steps; per step: the logged metrics and the batch the policy update received."""
+    reward = tmp_path / "varied_reward.py"
+    reward.write_text(VARIED_REWARD)
+    config = load_config("grpo", [
+        f"model.path={model_dir}", "trainer.test_freq=0", "data.train_batch_size=4", "actor.ppo_mini_batch_size=2",
+        "rollout.n=2", "data.max_response_length=6", "tracking.backends=[console]", f"trainer.total_steps={STEPS}",
+        f"trainer.schedule={schedule}", "trainer.save_freq=2", f"reward.custom_function.path={reward}",
+        "algorithm.rollout_correction.mode=tis", "algorithm.rollout_correction.tis_cap=1.001", "actor.lr=0.01",
+        f"trainer.output_dir={tmp_path}/{schedule}"])
+    trainer = GRPOTrainer(config)
+    logged, updated = {}, {}
+    log, update = trainer.tracking.log_metrics, trainer.update_policy
+
+    def record_log(metrics, step):
+        logged.setdefault(step, {}).update(metrics)
+        log(metrics, step=step)
+
+    def record_update(batch):
+        updated[trainer.global_step] = batch
+        return update(batch)
+
+    trainer.tracking.log_metrics, trainer.update_policy = record_log, record_update
+    trainer.fit()
+    return logged, updated
+
+
+@pytest.fixture(scope="module")
+def runs(random_model_dir, tmp_path_factory):
+    """The same 3 steps under both schedules (module-scoped: two runs serve every test below)."""
+    tmp_path = tmp_path_factory.mktemp("schedules")
+    return {schedule: record_run(random_model_dir, tmp_path, schedule) for schedule in ("sync", "one_step_off")}, tmp_path
+
+
+def test_one_step_off_trains_every_step_after_the_first_on_rollouts_one_version_old(runs):
+    logged, updated = runs[0]["one_step_off"]
+    staleness = [logged[step]["rollout_corr/staleness/max"] for step in range(1, STEPS + 1)]
+    assert staleness == [0, 1, 1], "the bound is 1 version, and every prefetched batch must reach it"
+    assert [logged[step]["rollout_corr/staleness/frac_1"] for step in range(1, STEPS + 1)] == [0, 1, 1]
+    # Step k's rollouts come from the weights after k-2 syncs: none at steps 1 and 2, one at step 3.
+    assert [set(updated[step]["policy_version"]) for step in range(1, STEPS + 1)] == [{0}, {0}, {1}]
+    sync_logged = runs[0]["sync"][0]
+    assert all(sync_logged[step]["rollout_corr/staleness/max"] == 0 for step in range(1, STEPS + 1))
+
+
+def test_the_lag_shows_in_the_rollout_log_probs_and_the_weights_follow_them(runs):
+    (_, updated), (_, sync_updated) = runs[0]["one_step_off"], runs[0]["sync"]
+
+    def gap(batch):
+        return (batch["old_log_probs"] - batch["rollout_log_probs"]).abs().max().item()
+
+    # On-policy, fp32 on both sides: π_old and π_rollout agree; one step off they do not.
+    assert max(gap(sync_updated[step]) for step in range(1, STEPS + 1)) < 1e-4
+    assert gap(updated[1]) < 1e-4 and gap(updated[2]) > 1e-3 and gap(updated[3]) > 1e-3
+    for step in range(1, STEPS + 1):
+        batch = updated[step]
+        expected = torch.exp(batch["old_log_probs"] - batch["rollout_log_probs"]).clamp(max=1.001)
+        torch.testing.assert_close(batch["rollout_is_weights"], expected * batch["response_mask"])
+
+
+def test_one_step_off_trains_on_the_synchronous_runs_prompts_and_checkpoints_its_data_position(runs):
+    results, tmp_path = runs
+    for step in range(1, STEPS + 1):
+        assert list(results["one_step_off"][1][step]["index"]) == list(results["sync"][1][step]["index"]), step
+    # The checkpoint of step 2 resumes on step 3's prompts, not past the batch prefetched for step 3.
+    saved = {schedule: read_trainer_state(tmp_path / schedule / "checkpoints" / "global_step_2")["loader"]
+             for schedule in ("sync", "one_step_off")}
+    assert saved["one_step_off"] == saved["sync"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.schedule=async"], "trainer.schedule='async' is not one of ['sync', 'one_step_off']"),
+    (["trainer.schedule=one_step_off", "algorithm.adv_estimator=remax"],
+     "algorithm.adv_estimator='remax' with trainer.schedule=one_step_off — ReMax's greedy baseline"),
+    (["trainer.schedule=one_step_off", "algorithm.filter_groups.enable=true"],
+     "algorithm.filter_groups.enable=True with trainer.schedule=one_step_off — DAPO's dynamic sampling"),
+])
+def test_what_cannot_run_one_step_off_is_refused_before_anything_starts(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        validate_config(load_config("grpo", overrides), (1, "one process"))
+    assert message in str(info.value)
