@@ -7,7 +7,7 @@ import torch
 
 from core.config import ConfigError, load_config
 from core.config.validate import validate_config
-from core.trainer.checkpoint import read_trainer_state
+from core.trainer.checkpoint import latest_checkpoint, read_trainer_state
 from recipes.grpo.trainer import GRPOTrainer
 
 STEPS = 3
@@ -96,3 +96,35 @@ def test_what_cannot_run_one_step_off_is_refused_before_anything_starts(override
     with pytest.raises(ConfigError) as info:
         validate_config(load_config("grpo", overrides), (1, "one process"))
     assert message in str(info.value)
+
+
+def test_a_rollout_worker_killed_mid_generation_stops_the_run_and_its_checkpoint_resumes(random_model_dir, tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -c constraints-cpu.txt ray")
+    from core.trainer.ray_controller import WorkerDiedError
+
+    class KillRank1WhileGenerating(GRPOTrainer):
+        def generate(self, prompts):
+            if self.global_step == 2:  # the rollout for step 3, generating in the background during step 2
+                ray.kill(self.actor_rollout.workers[1])
+            return super().generate(prompts)
+
+    common = [f"model.path={random_model_dir}", "trainer.test_freq=0", "data.train_batch_size=4",
+              "actor.ppo_mini_batch_size=2", "rollout.n=2", "data.max_response_length=6",
+              "tracking.backends=[console]", "trainer.total_steps=3", "trainer.save_freq=1",
+              f"trainer.output_dir={tmp_path}/out"]
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        trainer = KillRank1WhileGenerating(load_config("grpo", common + [
+            "trainer.schedule=one_step_off", "trainer.controller=ray", "trainer.n_gpus_per_node=2",
+            "trainer.num_threads=1"]))
+        with pytest.raises(WorkerDiedError, match=r"actor_rollout.*(worker rank \d of 2 died|shut down after a worker "
+                                                  r"died).*trainer.resume=auto"):
+            trainer.fit()
+    finally:
+        ray.shutdown()
+    root = tmp_path / "out" / "checkpoints"
+    assert latest_checkpoint(root) == root / "global_step_1"
+    resumed = GRPOTrainer(load_config("grpo", common + ["trainer.resume=auto"]))  # locally, one process
+    resumed.fit()
+    assert resumed.global_step == 3 and (root / "global_step_3").is_dir()
