@@ -92,7 +92,11 @@ class RayWorkerGroup:
         connect_ray()
         self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
         gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
-        self.workers = [RankWorker.options(num_cpus=1, num_gpus=gpus).remote(rank, num_workers)
+        # Off-policy schedules generate beside the training calls: a second thread in each actor lets the
+        # rollout engine (its own copy of the weights) run while the update does; the driver never sends two
+        # training calls, or two generations, at once, and syncs weights only once generation has finished.
+        threads = 1 if config.trainer.schedule == "sync" else 2
+        self.workers = [RankWorker.options(num_cpus=1, num_gpus=gpus, max_concurrency=threads).remote(rank, num_workers)
                         for rank in range(num_workers)]
         master = self._gather(ACTOR, [self.workers[0].address.remote()])[0]
         container = OmegaConf.to_container(config, resolve=True)

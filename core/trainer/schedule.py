@@ -12,9 +12,9 @@ What overlaps with what under `one_step_off`: from the start of step k until its
 the trainer process runs the rollout engine's `generate` for step k+1 while the main thread scores step
 k, computes its log-probs and advantages and updates the policy. The sync waits for that generation to
 end, since an engine's weights must not change mid-generation. The local controller's rollout keeps its
-own copy of the weights, so both really run at once, sharing the machine's cores or GPU. The Ray
-controller's workers hold rollout and training on the same actors, which run one call at a time: there
-generation queues between the training calls, so the data is off-policy but the phases do not overlap.
+own copy of the weights, so both really run at once, sharing the machine's cores or GPU. Under the Ray
+controller each worker holds both roles and runs two calls at once under this schedule (a generation
+beside a training call), so there too both run at once, on each worker's devices.
 
 Every rollout row carries `policy_version`, the number of weight syncs before it was generated, and
 every step logs its staleness (`rollout_corr/staleness/*`) against the weights it trains from.
