@@ -2,6 +2,9 @@
 its rollouts are exactly one weight version old, its data order and checkpoints are the synchronous
 run's, and the off-policy correction weighs its tokens as computed by hand."""
 
+import threading
+import time
+
 import pytest
 import torch
 
@@ -26,20 +29,27 @@ def record_run(model_dir, tmp_path, schedule):
         "algorithm.rollout_correction.mode=tis", "algorithm.rollout_correction.tis_cap=1.001", "actor.lr=0.01",
         f"trainer.output_dir={tmp_path}/{schedule}"])
     trainer = GRPOTrainer(config)
-    logged, updated = {}, {}
-    log, update = trainer.tracking.log_metrics, trainer.update_policy
+    logged, updated, spans = {}, {}, []  # spans: (what, step, thread, start, end)
+    log, update, generate = trainer.tracking.log_metrics, trainer.update_policy, trainer.actor_rollout.generate
 
     def record_log(metrics, step):
         logged.setdefault(step, {}).update(metrics)
         log(metrics, step=step)
 
+    def timed(what, method, *args):
+        step, start = trainer.global_step, time.perf_counter()
+        result = method(*args)
+        spans.append((what, step, threading.current_thread().name, start, time.perf_counter()))
+        return result
+
     def record_update(batch):
         updated[trainer.global_step] = batch
-        return update(batch)
+        return timed("update", update, batch)
 
     trainer.tracking.log_metrics, trainer.update_policy = record_log, record_update
+    trainer.actor_rollout.generate = lambda prompts, params: timed("generate", generate, prompts, params)
     trainer.fit()
-    return logged, updated
+    return logged, updated, spans
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +60,7 @@ def runs(random_model_dir, tmp_path_factory):
 
 
 def test_one_step_off_trains_every_step_after_the_first_on_rollouts_one_version_old(runs):
-    logged, updated = runs[0]["one_step_off"]
+    logged, updated, _ = runs[0]["one_step_off"]
     staleness = [logged[step]["rollout_corr/staleness/max"] for step in range(1, STEPS + 1)]
     assert staleness == [0, 1, 1], "the bound is 1 version, and every prefetched batch must reach it"
     assert [logged[step]["rollout_corr/staleness/frac_1"] for step in range(1, STEPS + 1)] == [0, 1, 1]
@@ -60,8 +70,20 @@ def test_one_step_off_trains_every_step_after_the_first_on_rollouts_one_version_
     assert all(sync_logged[step]["rollout_corr/staleness/max"] == 0 for step in range(1, STEPS + 1))
 
 
+def test_the_next_steps_generation_runs_in_a_background_thread_beside_the_step(runs):
+    spans = runs[0]["one_step_off"][2]
+    generated = sorted((start, step, thread) for what, step, thread, start, _ in spans if what == "generate")
+    update_end = {step: end for what, step, _, _, end in spans if what == "update"}
+    main = threading.main_thread().name
+    # Step 1 generates its own batch on the spot; steps 1 and 2 each prefetch the next step's batch in the
+    # background, starting before their own update has finished; the last step prefetches nothing.
+    assert [(step, thread == main) for _, step, thread in generated] == [(1, True), (1, False), (2, False)]
+    for start, step, thread in generated[1:]:
+        assert thread.startswith("rollout") and start < update_end[step]
+
+
 def test_the_lag_shows_in_the_rollout_log_probs_and_the_weights_follow_them(runs):
-    (_, updated), (_, sync_updated) = runs[0]["one_step_off"], runs[0]["sync"]
+    (_, updated, _), (_, sync_updated, _) = runs[0]["one_step_off"], runs[0]["sync"]
 
     def gap(batch):
         return (batch["old_log_probs"] - batch["rollout_log_probs"]).abs().max().item()
