@@ -5,12 +5,14 @@ run's, and the off-policy correction weighs its tokens as computed by hand."""
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
 from core.config import ConfigError, load_config
 from core.config.validate import validate_config
 from core.trainer.checkpoint import latest_checkpoint, read_trainer_state
+from core.trainer.metrics import staleness_metrics
 from recipes.grpo.trainer import GRPOTrainer
 
 STEPS = 3
@@ -150,3 +152,23 @@ def test_a_rollout_worker_killed_mid_generation_stops_the_run_and_its_checkpoint
     resumed = GRPOTrainer(load_config("grpo", common + ["trainer.resume=auto"]))  # locally, one process
     resumed.fit()
     assert resumed.global_step == 3 and (root / "global_step_3").is_dir()
+
+
+def test_staleness_metrics_are_a_histogram_over_the_bound():
+    # Rows 0, 1, 1, 1 versions old: mean 3/4, max 1, a quarter at 0 and three quarters at 1.
+    assert staleness_metrics(np.array([0, 1, 1, 1]), max_staleness=1) == {
+        "rollout_corr/staleness/mean": 0.75, "rollout_corr/staleness/max": 1.0,
+        "rollout_corr/staleness/frac_0": 0.25, "rollout_corr/staleness/frac_1": 0.75}
+
+
+def test_a_rollout_older_than_the_bound_never_reaches_training(random_model_dir, tmp_path):
+    trainer = GRPOTrainer(load_config("grpo", [
+        f"model.path={random_model_dir}", "data.train_batch_size=4", "actor.ppo_mini_batch_size=2", "rollout.n=2",
+        "data.max_response_length=6", "tracking.backends=[console]", "trainer.schedule=one_step_off",
+        f"trainer.output_dir={tmp_path}"]))
+    trainer.schedule.next_rollout()  # step 1's batch, generated on the spot; step 2's prefetched on version 0
+    trainer.sync_weights()
+    trainer.sync_weights()  # a second sync before step 2 trains: its batch is now 2 versions old
+    with pytest.raises(RuntimeError, match="a rollout 2 weight versions old reached training, over its bound of 1"):
+        trainer.schedule.next_rollout()
+    trainer.schedule.close()
