@@ -13,6 +13,7 @@ from core.config import ConfigError, load_config
 from core.config.validate import validate_config
 from core.trainer.checkpoint import latest_checkpoint, read_trainer_state
 from core.trainer.metrics import staleness_metrics
+from core.trainer.schedule import SCHEDULES
 from recipes.grpo.trainer import GRPOTrainer
 
 STEPS = 3
@@ -27,8 +28,9 @@ def record_run(model_dir, tmp_path, schedule):
     config = load_config("grpo", [
         f"model.path={model_dir}", "trainer.test_freq=0", "data.train_batch_size=4", "actor.ppo_mini_batch_size=2",
         "rollout.n=2", "data.max_response_length=6", "tracking.backends=[console]", f"trainer.total_steps={STEPS}",
-        f"trainer.schedule={schedule}", "trainer.save_freq=2", f"reward.custom_function.path={reward}",
-        "algorithm.rollout_correction.mode=tis", "algorithm.rollout_correction.tis_cap=1.001", "actor.lr=0.01",
+        f"trainer.schedule={schedule}", "trainer.max_staleness=2", "trainer.save_freq=2",
+        f"reward.custom_function.path={reward}", "algorithm.rollout_correction.mode=tis",
+        "algorithm.rollout_correction.tis_cap=1.001", "actor.lr=0.01",
         f"trainer.output_dir={tmp_path}/{schedule}"])
     trainer = GRPOTrainer(config)
     logged, updated, spans = {}, {}, []  # spans: (what, step, thread, start, end)
@@ -56,9 +58,9 @@ def record_run(model_dir, tmp_path, schedule):
 
 @pytest.fixture(scope="module")
 def runs(random_model_dir, tmp_path_factory):
-    """The same 3 steps under both schedules (module-scoped: two runs serve every test below)."""
+    """The same 3 steps under each schedule (module-scoped: three runs serve every test below)."""
     tmp_path = tmp_path_factory.mktemp("schedules")
-    return {schedule: record_run(random_model_dir, tmp_path, schedule) for schedule in ("sync", "one_step_off")}, tmp_path
+    return {schedule: record_run(random_model_dir, tmp_path, schedule) for schedule in SCHEDULES}, tmp_path
 
 
 def test_one_step_off_trains_every_step_after_the_first_on_rollouts_one_version_old(runs):
@@ -70,6 +72,19 @@ def test_one_step_off_trains_every_step_after_the_first_on_rollouts_one_version_
     assert [set(updated[step]["policy_version"]) for step in range(1, STEPS + 1)] == [{0}, {0}, {1}]
     sync_logged = runs[0]["sync"][0]
     assert all(sync_logged[step]["rollout_corr/staleness/max"] == 0 for step in range(1, STEPS + 1))
+
+
+def test_async_keeps_every_rollout_within_max_staleness_and_the_data_order(runs):
+    results, tmp_path = runs
+    logged, updated, _ = results["async"]
+    staleness = [logged[step]["rollout_corr/staleness/max"] for step in range(1, STEPS + 1)]
+    # Step 1 on the spot; steps 2 and 3 were both drawn at step 1, step 3's batch 2 versions before it trains
+    # at the latest. Over the bound the run itself fails (see test_a_rollout_older_than_the_bound...).
+    assert staleness[:2] == [0, 1] and 1 <= staleness[2] <= 2
+    for step in range(1, STEPS + 1):
+        assert list(updated[step]["index"]) == list(results["sync"][1][step]["index"]), step
+    saved = read_trainer_state(tmp_path / "async" / "checkpoints" / "global_step_2")["loader"]
+    assert saved == read_trainer_state(tmp_path / "sync" / "checkpoints" / "global_step_2")["loader"]
 
 
 def test_the_next_steps_generation_runs_in_a_background_thread_beside_the_step(runs):
@@ -110,9 +125,10 @@ def test_one_step_off_trains_on_the_synchronous_runs_prompts_and_checkpoints_its
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["trainer.schedule=async"], "trainer.schedule='async' is not one of ['sync', 'one_step_off']"),
+    (["trainer.schedule=fully_async"], "trainer.schedule='fully_async' is not one of ['sync', 'one_step_off', 'async']"),
     (["trainer.schedule=one_step_off", "algorithm.adv_estimator=remax"],
      "algorithm.adv_estimator='remax' with trainer.schedule=one_step_off — ReMax's greedy baseline"),
+    (["trainer.schedule=async", "trainer.max_staleness=0"], "trainer.max_staleness=0 is out of range — expected ≥ 1"),
     (["trainer.schedule=one_step_off", "algorithm.filter_groups.enable=true"],
      "algorithm.filter_groups.enable=True with trainer.schedule=one_step_off — DAPO's dynamic sampling"),
 ])
@@ -172,3 +188,21 @@ def test_a_rollout_older_than_the_bound_never_reaches_training(random_model_dir,
     with pytest.raises(RuntimeError, match="a rollout 2 weight versions old reached training, over its bound of 1"):
         trainer.schedule.next_rollout()
     trainer.schedule.close()
+
+
+LEARN_STEPS, MIN_GAIN = 10, 0.04
+
+
+@pytest.mark.slow
+def test_one_step_off_raises_held_out_accuracy_like_the_synchronous_run(tmp_path):
+    """On the warm-started tiny model, 10 one-step-off GRPO steps gain at least `MIN_GAIN` of held-out
+    accuracy; `python bench/async_tiny.py` gives both schedules' gains over three seeds
+    (results/async/tiny_cpu.md), and the synchronous run's are of the same size."""
+    trainer = GRPOTrainer(load_config("grpo", [
+        "trainer.schedule=one_step_off", f"trainer.total_steps={LEARN_STEPS}", f"trainer.test_freq={LEARN_STEPS}",
+        "data.val_max_samples=128", "trainer.save_freq=0", "tracking.backends=[console]",
+        f"trainer.output_dir={tmp_path}/out"]))
+    trainer.fit()
+    (_, before), (_, after) = trainer.val_history[0], trainer.val_history[-1]
+    before, after = before["val/arithmetic/acc"], after["val/arithmetic/acc"]
+    assert after - before >= MIN_GAIN, f"held-out accuracy {before:.3f} -> {after:.3f}"

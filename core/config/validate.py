@@ -63,7 +63,7 @@ RANGES = {  # key -> the valid range, as the error states it
         "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "actor.micro_batch_tokens",
         "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
         "reward.num_workers", "algorithm.filter_groups.max_num_gen_batches", "trainer.total_steps",
-        "trainer.nnodes", "trainer.n_gpus_per_node"], "≥ 1"),
+        "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness"], "≥ 1"),
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
@@ -223,7 +223,7 @@ def check_algorithm(resolved: dict) -> None:
 
 
 def check_schedule(resolved: dict) -> None:
-    """What cannot run off-policy, or beside a training step, under `trainer.schedule=one_step_off`."""
+    """What cannot run off-policy, or beside a training step: refused by every schedule but `sync`."""
     schedule = resolved["trainer"]["schedule"]
     if schedule == "sync":
         return

@@ -225,7 +225,7 @@ class BaseTrainer:
     def validate(self, step: int) -> dict[str, float]:
         if not self.config.trainer.test_freq:
             return {}
-        with timed("testing", self.timings):
+        with timed("testing", self.timings), self.schedule.rollout_engine():
             metrics = validate(self.actor_rollout.generate, self.reward_manager, self.val_dataset,
                                self.sampling_params(validation=True), self.world)
         self.tracking.log_metrics(metrics, step=step)
