@@ -194,15 +194,19 @@ LEARN_STEPS, MIN_GAIN = 10, 0.04
 
 
 @pytest.mark.slow
-def test_one_step_off_raises_held_out_accuracy_like_the_synchronous_run(tmp_path):
+def test_one_step_off_raises_held_out_accuracy_on_the_tiny_task(tmp_path):
     """On the warm-started tiny model, 10 one-step-off GRPO steps gain at least `MIN_GAIN` of held-out
-    accuracy; `python bench/async_tiny.py` gives both schedules' gains over three seeds
-    (results/async/tiny_cpu.md), and the synchronous run's are of the same size."""
-    trainer = GRPOTrainer(load_config("grpo", [
-        "trainer.schedule=one_step_off", f"trainer.total_steps={LEARN_STEPS}", f"trainer.test_freq={LEARN_STEPS}",
-        "data.val_max_samples=128", "trainer.save_freq=0", "tracking.backends=[console]",
-        f"trainer.output_dir={tmp_path}/out"]))
-    trainer.fit()
+    accuracy (+0.086 with this seed). `python bench/async_tiny.py` puts both schedules' gains side by side
+    over three seeds (results/async/tiny_cpu.md)."""
+    threads = torch.get_num_threads()  # trainer.num_threads=1 sets it for the whole process, as the bench runs
+    try:
+        trainer = GRPOTrainer(load_config("grpo", [
+            "trainer.schedule=one_step_off", f"trainer.total_steps={LEARN_STEPS}", f"trainer.test_freq={LEARN_STEPS}",
+            "data.val_max_samples=128", "trainer.save_freq=0", "trainer.num_threads=1",
+            "tracking.backends=[console]", f"trainer.output_dir={tmp_path}/out"]))
+        trainer.fit()
+    finally:
+        torch.set_num_threads(threads)
     (_, before), (_, after) = trainer.val_history[0], trainer.val_history[-1]
     before, after = before["val/arithmetic/acc"], after["val/arithmetic/acc"]
     assert after - before >= MIN_GAIN, f"held-out accuracy {before:.3f} -> {after:.3f}"
