@@ -1,6 +1,6 @@
-"""Pure, registered algorithm pieces: advantages, policy and value losses, KL, aggregation, and
-DAPO's sampling filter and reward shaping. (Log-probs and entropy come from the engine's chunked
-head, `core.engine.logprob_head`.)"""
+"""Pure, registered algorithm pieces: advantages, policy and value losses, KL, aggregation, the
+off-policy correction's importance weights, and DAPO's sampling filter and reward shaping.
+(Log-probs and entropy come from the engine's chunked head, `core.engine.logprob_head`.)"""
 
 from core.algos.advantages import (
     ADV_ESTIMATORS,
@@ -16,6 +16,7 @@ from core.algos.dapo import overlong_penalty, uniform_groups
 from core.algos.kl import KL_ESTIMATORS, kl_penalty
 from core.algos.policy_loss import POLICY_LOSSES, masked_mean, ppo_clip_loss
 from core.algos.registry import Registry
+from core.algos.rollout_correction import ROLLOUT_CORRECTIONS, rollout_correction_weights
 from core.algos.stats import masked_whiten
 from core.algos.value_loss import clipped_value_loss
 
@@ -24,6 +25,7 @@ __all__ = [
     "AGG_MODES",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
+    "ROLLOUT_CORRECTIONS",
     "Registry",
     "aggregate_loss",
     "clipped_value_loss",
@@ -39,5 +41,6 @@ __all__ = [
     "reinforce_plus_plus_advantages",
     "remax_advantages",
     "rloo_advantages",
+    "rollout_correction_weights",
     "uniform_groups",
 ]

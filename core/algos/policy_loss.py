@@ -35,8 +35,12 @@ def ppo_clip_loss(
     num_tokens: int,
     num_seqs: int,
     max_response_length: int,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped PPO surrogate with clip-higher and dual clip; all tensors (B, T_resp)."""
+    """Clipped PPO surrogate with clip-higher and dual clip; all tensors (B, T_resp).
+
+    `token_weights` (no gradient) scale each token's clipped loss: the off-policy correction's
+    importance weights (rollout_correction.py); None: every token weighs 1."""
     if clip_ratio_c <= 1.0:
         raise ValueError(
             f"clip_ratio_c={clip_ratio_c} but dual clip needs c > 1 (it caps the loss of a "
@@ -55,6 +59,8 @@ def ppo_clip_loss(
     dual_cap = -advantages * clip_ratio_c
     negative = advantages < 0
     loss_mat = torch.where(negative, torch.minimum(clip_loss, dual_cap), clip_loss)  # (B, T_resp)
+    if token_weights is not None:
+        loss_mat = loss_mat * token_weights
 
     loss = aggregate_loss(
         loss_mat,

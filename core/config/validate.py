@@ -22,12 +22,14 @@ from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.aggregation import AGG_MODES
 from core.algos.kl import KL_ESTIMATORS
 from core.algos.policy_loss import POLICY_LOSSES
+from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
 from core.config import CONFIG_DIR, ConfigError
 from core.data.dataset import TRUNCATION_MODES
 from core.models.lora import LoraSpec, check_targets
 from core.models.random_init import MODEL_INITS
 from core.reward.build import GSM8K_METHODS, MANAGERS
 from core.tracking.tracker import backend_names
+from core.trainer.schedule import SCHEDULES
 
 ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
 CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
@@ -67,14 +69,16 @@ RANGES = {  # key -> the valid range, as the error states it
         "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "actor.micro_batch_tokens",
         "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
         "reward.num_workers", "algorithm.filter_groups.max_num_gen_batches", "trainer.total_steps",
-        "trainer.nnodes", "trainer.n_gpus_per_node"], "≥ 1"),
+        "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness"], "≥ 1"),
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
         "actor.kl_loss_coef", "critic.warmup_steps", "critic.weight_decay", "critic.cliprange_value",
-        "algorithm.kl_coef", "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
+        "algorithm.kl_coef", "algorithm.rollout_correction.mask_low",
+        "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
         "trainer.max_ckpt_to_keep", "trainer.critic_warmup", "trainer.num_threads", "trainer.seed"], "≥ 0"),
-    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "actor.lora.alpha"], "> 0"),
+    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "actor.lora.alpha",
+                     "algorithm.rollout_correction.tis_cap", "algorithm.rollout_correction.mask_high"], "> 0"),
     "actor.lora.dropout": "in [0, 1)",
     **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization"], "in (0, 1]"),
     **dict.fromkeys(["algorithm.gamma", "algorithm.lam"], "in [0, 1]"),
@@ -102,6 +106,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_batch_sizes(resolved, size // resolved["actor"]["tensor_parallel_size"], source)
     check_algorithm(resolved)
     check_lora(resolved)
+    check_schedule(resolved)
     return resolved
 
 
@@ -140,8 +145,10 @@ def check_choices(resolved: dict) -> None:
         "model.init": list(MODEL_INITS),
         "rollout.name": list(ROLLOUT_PACKAGES),
         "trainer.controller": list(CONTROLLER_PACKAGES),
+        "trainer.schedule": list(SCHEDULES),
         "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
         "actor.policy_loss": POLICY_LOSSES.names(),
+        "algorithm.rollout_correction.mode": [NO_CORRECTION, *ROLLOUT_CORRECTIONS.names()],
         "actor.loss_agg_mode": AGG_MODES.names(),
         "critic.loss_agg_mode": AGG_MODES.names(),
         "actor.kl_loss_type": KL_ESTIMATORS.names(),
@@ -218,6 +225,31 @@ def check_algorithm(resolved: dict) -> None:
     if buffer["enable"] and buffer["len"] >= max_response:
         raise ConfigError(f"reward.overlong_buffer.len={buffer['len']} with data.max_response_length="
                           f"{max_response} — expected a buffer shorter than the response length")
+    correction = resolved["algorithm"]["rollout_correction"]
+    if correction["mask_low"] >= correction["mask_high"]:
+        raise ConfigError(f"algorithm.rollout_correction.mask_low={correction['mask_low']} ≥ mask_high="
+                          f"{correction['mask_high']} — expected a band with mask_low < mask_high")
+
+
+def check_schedule(resolved: dict) -> None:
+    """What cannot run off-policy, or beside a training step: refused by every schedule but `sync`."""
+    schedule = resolved["trainer"]["schedule"]
+    if schedule == "sync":
+        return
+    refusals = {
+        "algorithm.adv_estimator": (resolved["algorithm"]["adv_estimator"] == "remax",
+                                    "ReMax's greedy baseline must come from the weights being trained"),
+        "algorithm.filter_groups.enable": (resolved["algorithm"]["filter_groups"]["enable"],
+                                           "DAPO's dynamic sampling draws and scores more prompts inside the "
+                                           "rollout, which then runs beside the training step"),
+        "rollout.tensor_model_parallel_size": (resolved["rollout"]["tensor_model_parallel_size"] > 1,
+                                               "tensor-parallel engines synchronise their ranks mid-generation, "
+                                               "untested beside a training step"),
+    }
+    for key, (refused, why) in refusals.items():
+        if refused:
+            raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.schedule={schedule} — {why}; "
+                              "run it with trainer.schedule=sync")
 
 
 def check_lora(resolved: dict) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
+from core.algos.rollout_correction import NO_CORRECTION, rollout_correction_weights
 from core.data.batch import Batch
 from core.engine.distributed import all_reduce_mean, all_reduce_sum
 from core.models.export import write_hf_files
@@ -23,6 +24,7 @@ from core.tracking.metrics import timed
 from core.trainer.checkpoint import CheckpointManager, list_checkpoints
 from core.trainer.controllers import build_roles
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
+from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
 from core.trainer.validation import validate
 from core.trainer.workers import mini_batch_rows
@@ -38,6 +40,7 @@ class BaseTrainer:
         self.train_loader, self.val_dataset = parts.train_loader, parts.val_dataset
         self.actor_rollout, self.critic = parts.actor_rollout, parts.critic
         self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
+        self.schedule = SCHEDULES[config.trainer.schedule](self)  # which weights generate a step's rollouts
         self.tracking = parts.tracking
         self.resume_from = parts.resume_from
         self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
@@ -54,16 +57,17 @@ class BaseTrainer:
     # ---- the loop -----------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
         total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
-        with self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.actor_rollout):
+        with (self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.actor_rollout),
+              closed_at_exit(self.schedule)):
             first_step = self.resume() + 1
             val_metrics = self.validate(step=0) if first_step == 1 else {}
             for step in range(first_step, total + 1):
                 self.global_step, self.timings, self.step_metrics = step, {}, {}
                 with timed("step", self.timings):
-                    batch = next(self.train_loader)
-                    batch = self.stage("gen", self.generate, batch)
+                    batch = self.stage("gen", self.schedule.next_rollout)  # draw prompts, generate (schedule.py)
                     batch = self.stage("reward", self.compute_rewards, batch)
                     batch = self.stage("old_log_prob", self.compute_log_probs, batch)
+                    batch = self.stage("rollout_corr", self.correct_off_policy, batch)
                     batch = self.stage("values", self.compute_values, batch)
                     batch = self.stage("adv", self.compute_advantages, batch)
                     metrics = self.stage("update_critic", self.update_critic, batch)
@@ -116,7 +120,8 @@ class BaseTrainer:
     def old_log_probs_from_update(self, batch: Batch) -> bool:
         """Skip the old-policy forward when the step is one optimizer step over this batch: the update's
         first forward runs on the very weights that generated it, so π_old is its output, detached.
-        Not with KL in the reward, which needs π_old before the update (`actor.recompute_old_log_probs`)."""
+        Not with KL in the reward, nor with a rollout correction: both need π_old before the update
+        (`actor.recompute_old_log_probs`)."""
         actor = self.config.actor
         if actor.recompute_old_log_probs not in ("auto", "always"):
             raise ValueError(f"actor.recompute_old_log_probs={actor.recompute_old_log_probs!r}: expected auto or always")
@@ -124,7 +129,21 @@ class BaseTrainer:
         # rank), so it is compared with this rank's share of a mini-batch, as the engine splits it.
         one_step = actor.ppo_epochs == 1 and len(batch) <= mini_batch_rows(self.config, self.world)
         return (actor.recompute_old_log_probs == "auto" and one_step
-                and not self.config.algorithm.use_kl_in_reward)
+                and not self.config.algorithm.use_kl_in_reward
+                and self.config.algorithm.rollout_correction.mode == NO_CORRECTION)
+
+    def correct_off_policy(self, batch: Batch) -> Batch:
+        """Importance weights π_old/π_rollout for the policy loss (`algorithm.rollout_correction`): the
+        rollout's tokens came from another engine's numerics, or from older weights off-policy."""
+        correction = self.config.algorithm.rollout_correction
+        if correction.mode == NO_CORRECTION:
+            return batch
+        weights, metrics = rollout_correction_weights(
+            batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], mode=correction.mode,
+            tis_cap=correction.tis_cap, mask_low=correction.mask_low, mask_high=correction.mask_high)
+        batch.tensors["rollout_is_weights"] = weights  # (B, T_resp)
+        self.step_metrics.update(metrics)
+        return batch
 
     def compute_values(self, batch: Batch) -> Batch:
         return batch  # critic-free algorithms; PPO overrides
@@ -149,7 +168,8 @@ class BaseTrainer:
         return self.actor_rollout.update_policy(batch)
 
     def sync_weights(self) -> None:
-        self.actor_rollout.sync_weights()
+        with self.schedule.weight_sync():  # waits for a rollout still generating on the old weights
+            self.actor_rollout.sync_weights()
 
     # ---- checkpoints --------------------------------------------------------------------------
     def checkpoint_engines(self) -> dict:
@@ -158,7 +178,7 @@ class BaseTrainer:
 
     def save_checkpoint(self, step: int) -> None:
         engines = self.checkpoint_engines()
-        state = {"loader": self.train_loader.state_dict(), "val_history": self.val_history,
+        state = {"loader": self.schedule.loader_state(), "val_history": self.val_history,
                  "mlflow_run_id": self.tracking.run_id}
         hf_files = {role: (lambda out, e=engine: write_hf_files(e.model, self.tokenizer, out))
                     for role, engine in engines.items()}
@@ -205,7 +225,7 @@ class BaseTrainer:
     def validate(self, step: int) -> dict[str, float]:
         if not self.config.trainer.test_freq:
             return {}
-        with timed("testing", self.timings):
+        with timed("testing", self.timings), self.schedule.rollout_engine():
             metrics = validate(self.actor_rollout.generate, self.reward_manager, self.val_dataset,
                                self.sampling_params(validation=True), self.world)
         self.tracking.log_metrics(metrics, step=step)

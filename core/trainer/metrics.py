@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from core.data.batch import Batch
@@ -53,3 +54,13 @@ def logprob_diff_metrics(batch: Batch) -> dict[str, float]:
     if diff.numel() == 0:
         return {}
     return {"rollout/logprob_diff/mean": diff.mean().item(), "rollout/logprob_diff/max": diff.max().item()}
+
+
+def staleness_metrics(staleness: np.ndarray, max_staleness: int) -> dict[str, float]:
+    """How many weight versions old each row's rollout is, against the weights the step trains from:
+    mean, max, and the fraction of rows at each staleness 0..max_staleness (a histogram)."""
+    metrics = {"rollout_corr/staleness/mean": float(staleness.mean()),
+               "rollout_corr/staleness/max": float(staleness.max())}
+    for versions in range(max_staleness + 1):
+        metrics[f"rollout_corr/staleness/frac_{versions}"] = float((staleness == versions).mean())
+    return metrics

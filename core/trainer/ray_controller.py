@@ -92,7 +92,11 @@ class RayWorkerGroup:
         connect_ray()
         self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
         gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
-        self.workers = [RankWorker.options(num_cpus=1, num_gpus=gpus).remote(rank, num_workers)
+        # Off-policy schedules generate beside the training calls: a second thread in each actor lets the
+        # rollout engine (its own copy of the weights) run while the update does; the driver never sends two
+        # training calls, or two generations, at once, and syncs weights only once generation has finished.
+        threads = 1 if config.trainer.schedule == "sync" else 2
+        self.workers = [RankWorker.options(num_cpus=1, num_gpus=gpus, max_concurrency=threads).remote(rank, num_workers)
                         for rank in range(num_workers)]
         master = self._gather(ACTOR, [self.workers[0].address.remote()])[0]
         container = OmegaConf.to_container(config, resolve=True)
@@ -105,7 +109,7 @@ class RayWorkerGroup:
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         parts = _contiguous_parts(prompts, self.num_workers)
         refs = [worker.call.remote(ACTOR, "generate", part, _rank_seeded(params, rank))
-                for rank, (worker, part) in enumerate(zip(self.workers, parts)) if len(part)]
+                for rank, (worker, part) in enumerate(zip(self.live_workers(ACTOR), parts)) if len(part)]
         return concat_rollouts(self._gather(ACTOR, refs), self.pad_token_id)
 
     def compute_log_probs(self, batch: Batch) -> Batch:
@@ -129,11 +133,19 @@ class RayWorkerGroup:
     def run_split(self, role: str, method: str, batch: Batch) -> list:
         """Equal contiguous parts: FSDP's collectives need every rank to run the same micro-batches."""
         return self._gather(role, [worker.call.remote(role, method, part)
-                                   for worker, part in zip(self.workers, batch.chunk(self.num_workers))])
+                                   for worker, part in zip(self.live_workers(role), batch.chunk(self.num_workers))])
 
     def run_all(self, role: str, worker_method: str, *args) -> list:
         """`worker_method` (a `RankWorker` method taking the role first) on every worker, in rank order."""
-        return self._gather(role, [getattr(w, worker_method).remote(role, *args) for w in self.workers])
+        return self._gather(role, [getattr(w, worker_method).remote(role, *args) for w in self.live_workers(role)])
+
+    def live_workers(self, role: str) -> list:
+        """The workers, or the error of a group already shut down: under `trainer.schedule=one_step_off`
+        the background rollout and the training step both call the group, and either may see a death first."""
+        if not self.workers:
+            raise WorkerDiedError(f"{role}: the worker group was shut down after a worker died. The last checkpoint "
+                                  "is intact: rerun with trainer.resume=auto")
+        return self.workers
 
     def _gather(self, role: str, refs: list) -> list:
         """Results in order; a dead worker stops the whole group at once (its peers would wait forever
