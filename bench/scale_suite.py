@@ -51,7 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "results/scale"))
     parser.add_argument("--timeout-s", type=int, default=1800, help="per run")
     parser.add_argument("--no-raw-vllm", action="store_true", help="skip the raw vLLM reference")
-    parser.add_argument("overrides", nargs="*", help="extra config overrides for every run, e.g. actor.micro_batch_tokens=16384")
+    parser.add_argument("overrides", nargs="*",
+                        help="extra config overrides for every run, e.g. actor.micro_batch_tokens=16384")
     return parser.parse_args(argv)
 
 
@@ -155,7 +156,8 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
         tail = log.read_text().splitlines()[-30:]
         raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
     config = json.loads((model / "config.json").read_text())
-    result = {"name": name, "recipe": recipe, "model": f"{model.name.removeprefix('model-')} (random init from its config)", "gpus": gpus,
+    result = {"name": name, "recipe": recipe, "gpus": gpus,
+              "model": f"{model.name.removeprefix('model-')} (random init from its config)",
               "controller": controller, "commit": git_commit(), "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
               "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               **summarise(step_history(store, name), gpus, config)}

@@ -42,7 +42,8 @@ def test_dry_run_states_the_memory_per_gpu():
     from core.config import load_config
     from core.trainer.plan import format_plan, make_plan
 
-    config = load_config("dapo", ["model.path=bench/configs/qwen3-8b", "model.init=random", "trainer.n_gpus_per_node=2", "rollout.name=vllm",
+    config = load_config("dapo", ["model.path=bench/configs/qwen3-8b", "model.init=random", "trainer.n_gpus_per_node=2",
+                                  "rollout.name=vllm",
                                   "data.train_batch_size=16", "actor.ppo_mini_batch_size=8",
                                   "rollout.gpu_memory_utilization=0.35"])
     text = format_plan(make_plan(config))

@@ -13,8 +13,8 @@ Only the `vllm.LLM` surface common to vLLM 0.26 (bench/requirements-gpu.txt) and
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 import numpy as np
 import torch

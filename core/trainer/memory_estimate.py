@@ -8,8 +8,8 @@ What stays resident on each GPU through a step (FSDP2 shards it over every rank)
 - PPO's critic: 16 bytes a parameter, like the actor;
 with `actor.cpu_offload` these live in host memory instead. The rollout engine takes
 `rollout.gpu_memory_utilization` of the device while it generates (its weights, bf16, must fit in
-that share with room for a KV cache); the HF backend holds a whole fp32 copy of the policy. Activations come on top and depend on micro-batching, so the
-check leaves 10% of the device for them and for CUDA's own context.
+that share with room for a KV cache); the HF backend holds a whole fp32 copy of the policy. Activations
+come on top and depend on micro-batching, so the check leaves 10% of the device for them and for CUDA's own context.
 """
 
 from __future__ import annotations
