@@ -17,6 +17,7 @@ from recipes.remax.trainer import ReMaxTrainer
 REPO = Path(__file__).resolve().parent.parent
 DRGRPO = str(REPO / "recipes" / "grpo" / "drgrpo.yaml")
 REINFORCE_PP = str(REPO / "recipes" / "grpo" / "reinforce_pp.yaml")
+KL_COV = str(REPO / "recipes" / "entropy_cov" / "kl_cov.yaml")
 
 
 def varied_score(text, ground_truth):
@@ -51,6 +52,7 @@ def returns_to_go(rewards, mask):
 # ---- one step of each recipe --------------------------------------------------------------------
 @pytest.mark.parametrize("recipe, uses_reference", [
     ("rloo", True), ("remax", True), ("dapo", False), (DRGRPO, True), (REINFORCE_PP, True),
+    ("entropy_cov", False), (KL_COV, False),
 ])
 def test_each_recipe_runs_one_step_on_the_random_model(fast_overrides, recipe, uses_reference):
     trainer = build(recipe, fast_overrides)
