@@ -159,3 +159,26 @@ def test_cli_names_a_missing_experiment_and_export(store, in_tmp, capsys):
     assert "no MLflow experiment 'nope'" in capsys.readouterr().err
     assert main(["leaderboard", "--from-export", "missing.json"]) == 1
     assert "missing.json does not exist" in capsys.readouterr().err
+
+
+def test_cli_adds_a_new_stores_runs_to_the_committed_export(store, in_tmp, capsys):
+    # The committed export holds one grpo run of zoo-mixed; zoo's 7 finished, tagged runs are added to it.
+    committed = export_runs(store["uri"], "zoo-mixed")
+    committed["runs"] = [run for run in committed["runs"] if run["run_id"] == store["same"]]  # one protocol
+    save_export(committed, in_tmp / "committed.json")
+    committed = load_export(in_tmp / "committed.json")
+    assert main(["leaderboard", "--uri", store["uri"], "--experiment", "zoo", "--export", "committed.json",
+                 "--add-to-export"]) == 1  # grpo seed 0 twice: the committed run and zoo's
+    assert "grpo" in capsys.readouterr().err and load_export(in_tmp / "committed.json") == committed
+    committed["runs"][0]["seed"] = "7"  # now a seed zoo lacks
+    save_export(committed, in_tmp / "committed.json")
+    assert main(["leaderboard", "--uri", store["uri"], "--experiment", "zoo", "--export", "committed.json",
+                 "--add-to-export"]) == 0
+    merged = load_export(in_tmp / "committed.json")
+    assert len(merged["runs"]) == 1 + 7 and merged["experiment"] == "zoo-mixed, zoo"
+    assert store["same"] in {run["run_id"] for run in merged["runs"]}
+    # Adding the same store again would count its seeds twice: refused, the export left as it was.
+    assert main(["leaderboard", "--uri", store["uri"], "--experiment", "zoo", "--export", "committed.json",
+                 "--add-to-export"]) == 1
+    assert "already holds 7 of these runs" in capsys.readouterr().err
+    assert load_export(in_tmp / "committed.json") == merged

@@ -169,3 +169,24 @@ def test_run_qwen3_8b_dry_run_of_each_recipe(tmp_path, recipe, expected):
     assert f"recipes.{recipe}.trainer." in plan
     for line in expected:
         assert line in plan, line
+
+
+@pytest.mark.parametrize("variant, expected", [
+    ("gspo", ["policy loss gspo (clip 0.0003/0.0004", "loss agg seq-mean-token-mean", "KL           off"]),
+    ("cispo", ["policy loss cispo (clip 1.0/0.28", "loss agg token-mean", "KL           off"]),
+])
+def test_run_qwen3_8b_dry_run_of_the_gspo_and_cispo_launchers(tmp_path, variant, expected):
+    data = tmp_path / "gsm8k"
+    write_rows(gsm8k_rows(), data / "train.parquet")
+    write_rows(gsm8k_rows(), data / "test.parquet")
+    env = dict(os.environ, DATA=str(data), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               RECIPEZOO_CACHE=str(tmp_path / "cache"),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    script = REPO / "recipes" / "grpo" / f"run_qwen3_8b_{variant}.sh"
+    result = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    plan = result.stdout
+    assert "model        Qwen/Qwen3-8B" in plan and "1 node × 8 GPUs = 8 GPUs" in plan
+    assert "rollout      vllm: n=5" in plan and "prompts/step              1024" in plan
+    for line in expected:
+        assert line in plan, line
