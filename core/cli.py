@@ -107,7 +107,12 @@ def leaderboard(args: argparse.Namespace) -> int:
     """MLflow (or a committed export) -> results/leaderboard.{md,csv,json} and curves_*.png."""
     from core.tracking.leaderboard import write_leaderboard
     from core.tracking.run_export import (
-        LeaderboardError, add_runs, export_stores, load_export, merge_exports, save_export,
+        LeaderboardError,
+        add_runs,
+        export_stores,
+        load_export,
+        merge_exports,
+        save_export,
     )
 
     try:

@@ -52,7 +52,7 @@ def returns_to_go(rewards, mask):
 # ---- one step of each recipe --------------------------------------------------------------------
 @pytest.mark.parametrize("recipe, uses_reference", [
     ("rloo", True), ("remax", True), ("dapo", False), (DRGRPO, True), (REINFORCE_PP, True),
-    ("entropy_cov", False), (KL_COV, False),
+    ("entropy_cov", False),
 ])
 def test_each_recipe_runs_one_step_on_the_random_model(fast_overrides, recipe, uses_reference):
     trainer = build(recipe, fast_overrides)
@@ -111,6 +111,22 @@ def test_remax_baselines_are_the_greedy_rewards_and_advantages_subtract_them(fas
 def test_remax_trainer_refuses_another_estimator(fast_overrides):
     with pytest.raises(ValueError, match="algorithm.adv_estimator=remax"):
         ReMaxTrainer(load_config("remax", fast_overrides + ["algorithm.adv_estimator=grpo"]))
+
+
+# ---- Clip-Cov / KL-Cov -----------------------------------------------------------------------------
+def test_kl_cov_trainer_picks_the_top_covariance_tokens_once_over_the_step_batch(fast_overrides):
+    trainer = build(KL_COV, fast_overrides + ["actor.kl_cov_ratio=0.1", "actor.ppo_mini_batch_size=4"])
+    updates = spy_on(trainer, "update_policy")
+    trainer.fit()
+    (batch,) = updates
+    assert "old_log_probs" in batch  # computed although the step is one optimizer step: the pick needs it
+    mask = batch["response_mask"].bool()
+    selected = batch["cov_selected"]
+    assert selected.sum() == max(int(0.1 * mask.sum()), 1) and not (selected & ~mask).any()
+    # The picked tokens are those of largest (A − Ā)(log π_old − mean) over the whole batch, not per mini-batch.
+    adv, logp = batch["advantages"][mask], batch["old_log_probs"][mask]
+    cov = (adv - adv.mean()) * (logp - logp.mean())
+    assert cov[selected[mask]].min() >= cov[~selected[mask]].max()
 
 
 # ---- the GRPO config variants -------------------------------------------------------------------

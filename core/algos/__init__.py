@@ -1,6 +1,6 @@
 """Pure, registered algorithm pieces: advantages, policy and value losses, KL, aggregation, DAPO's
-sampling filter and reward shaping, and Clip-Cov/KL-Cov's token selection. (Log-probs and entropy come from the engine's chunked
-head, `core.engine.logprob_head`.)"""
+sampling filter and reward shaping, and Clip-Cov/KL-Cov's token selection. (Log-probs and entropy come
+from the engine's chunked head, `core.engine.logprob_head`.)"""
 
 from core.algos.advantages import (
     ADV_ESTIMATORS,

@@ -27,7 +27,7 @@ def make_actor_loss(actor_cfg, max_response_length: int):
             clip_ratio_low=actor_cfg.clip_ratio_low, clip_ratio_high=actor_cfg.clip_ratio_high,
             clip_ratio_c=actor_cfg.clip_ratio_c, kl_cov_coef=actor_cfg.kl_cov_coef,
             # Clip-Cov/KL-Cov's tokens, picked once per step over the whole batch (see entropy_cov.py).
-            cov_selected=micro["cov_selected"] if "cov_selected" in micro else None, **normalisers,
+            cov_selected=micro.tensors.get("cov_selected"), **normalisers,
         )
         entropy_loss = _aggregate(entropy, mask, normalisers)
         loss = pg_loss - actor_cfg.entropy_coeff * entropy_loss
