@@ -187,22 +187,28 @@ def test_run_qwen3_8b_dry_run_of_each_recipe(tmp_path, recipe, expected):
         assert line in plan, line
 
 
-@pytest.mark.parametrize("variant, expected", [
-    ("gspo", ["policy loss gspo (clip 0.0003/0.0004", "loss agg seq-mean-token-mean", "KL           off"]),
-    ("cispo", ["policy loss cispo (clip 1.0/0.28", "loss agg token-mean", "KL           off"]),
-])
-def test_run_qwen3_8b_dry_run_of_the_gspo_and_cispo_launchers(tmp_path, variant, expected):
+def test_run_qwen3_8b_gspo_dry_run(tmp_path):
     data = tmp_path / "gsm8k"
     write_rows(gsm8k_rows(), data / "train.parquet")
     write_rows(gsm8k_rows(), data / "test.parquet")
     env = dict(os.environ, DATA=str(data), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                RECIPEZOO_CACHE=str(tmp_path / "cache"),
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    script = REPO / "recipes" / "grpo" / f"run_qwen3_8b_{variant}.sh"
+    script = REPO / "recipes" / "grpo" / "run_qwen3_8b_gspo.sh"
     result = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     plan = result.stdout
     assert "model        Qwen/Qwen3-8B" in plan and "1 node × 8 GPUs = 8 GPUs" in plan
     assert "rollout      vllm: n=5" in plan and "prompts/step              1024" in plan
-    for line in expected:
+    for line in ["policy loss gspo (clip 0.0003/0.0004", "loss agg seq-mean-token-mean", "KL           off"]:
         assert line in plan, line
+
+
+def test_run_qwen3_8b_cispo_is_the_gspo_launcher_with_its_own_recipe():
+    # The dry run above checks the launcher once; CISPO's differs only in its header and its names.
+    def body(variant):
+        text = (REPO / "recipes" / "grpo" / f"run_qwen3_8b_{variant}.sh").read_text()
+        return text[text.index("set -euo pipefail"):].replace(variant, "VARIANT")
+
+    assert body("cispo") == body("gspo")
+    assert "--recipe recipes/grpo/cispo.yaml" in (REPO / "recipes" / "grpo" / "run_qwen3_8b_cispo.sh").read_text()
