@@ -234,18 +234,14 @@ def merge_exports(exports: list[dict]) -> dict:
 
 
 def add_runs(export: dict, new: dict) -> dict:
-    """`export` with `new`'s runs and evals added, under `export`'s experiment name(s); a run already in
-    `export` (the same MLflow run id) is an error, so adding the same store twice cannot count a seed twice."""
+    """`export` with `new`'s runs and evals added, under `export`'s experiment name(s). A run `export` already
+    holds (the same MLflow run id) is kept once, so adding a store again adds only its runs finished since."""
     known = {run["run_id"] for run in export["runs"]} | {entry["run_id"] for entry in export.get("evals", [])}
-    again = sorted(item["run_name"] or item["run_id"] for item in [*new["runs"], *new.get("evals", [])]
-                   if item["run_id"] in known)
-    if again:
-        raise LeaderboardError(f"the export already holds {len(again)} of these runs ({', '.join(again[:5])}); "
-                               "add only a store of new runs")
+    runs = [run for run in new["runs"] if run["run_id"] not in known]
+    evals = [entry for entry in new.get("evals", []) if entry["run_id"] not in known]
     experiments = ", ".join(dict.fromkeys([*str(export.get("experiment")).split(", "), str(new.get("experiment"))]))
     return _with_evals({"schema": EXPORT_SCHEMA, "experiment": experiments,
-                        "runs": _sorted_runs([*export["runs"], *new["runs"]])},
-                       [*export.get("evals", []), *new.get("evals", [])])
+                        "runs": _sorted_runs([*export["runs"], *runs])}, [*export.get("evals", []), *evals])
 
 
 def save_export(data: dict, path: str | Path) -> Path:
