@@ -29,6 +29,14 @@ VARIANTS = {
     "remax": "remax",
     "dapo": "dapo",
     "ppo": "ppo",
+    "gspo": "recipes/grpo/gspo.yaml",
+    "cispo": "recipes/grpo/cispo.yaml",
+    "gpg": "recipes/grpo/gpg.yaml",
+    "reinforce_pp_baseline": "recipes/grpo/reinforce_pp_baseline.yaml",
+    "opo": "recipes/grpo/opo.yaml",
+    "grpo_passk": "recipes/grpo/grpo_passk.yaml",
+    "clip_cov": "entropy_cov",
+    "kl_cov": "recipes/entropy_cov/kl_cov.yaml",
 }
 EXPERIMENT = "tiny-baselines"
 

@@ -106,7 +106,14 @@ def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
 def leaderboard(args: argparse.Namespace) -> int:
     """MLflow (or a committed export) -> results/leaderboard.{md,csv,json} and curves_*.png."""
     from core.tracking.leaderboard import write_leaderboard
-    from core.tracking.run_export import LeaderboardError, export_stores, load_export, merge_exports, save_export
+    from core.tracking.run_export import (
+        LeaderboardError,
+        add_runs,
+        export_stores,
+        load_export,
+        merge_exports,
+        save_export,
+    )
 
     try:
         if args.from_export:
@@ -117,6 +124,8 @@ def leaderboard(args: argparse.Namespace) -> int:
 
             uris = [normalize_tracking_uri(uri) for uri in args.uri]
             export, export_path = export_stores(uris, args.experiment), args.export
+            if args.add_to_export:  # new runs join the committed ones, whose MLflow store may be long gone
+                export = add_runs(load_export(args.export), export)
         written = write_leaderboard(export, args.out, export_path=export_path)  # checks before writing
     except LeaderboardError as error:
         print(f"recipezoo leaderboard: {error}", file=sys.stderr)
@@ -149,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(e.g. results/runs.json results/gsm8k_leaderboard/runs.json)")
     board.add_argument("--export", metavar="PATH", default="results/runs.json",
                        help="where to write the run export when reading MLflow")
+    board.add_argument("--add-to-export", action="store_true",
+                       help="add the MLflow runs to the existing --export file instead of replacing it "
+                            "(e.g. new recipes' runs to results/runs.json)")
     board.add_argument("--out", metavar="DIR", default="results", help="output directory")
     board.set_defaults(handler=leaderboard)
     for add_parser in _subcommand_parsers():

@@ -86,8 +86,10 @@ def test_token_weights_scale_each_tokens_loss_and_gradient():
     ("algorithm.rollout_correction.tis_cap=0", "algorithm.rollout_correction.tis_cap=0 is out of range — expected > 0"),
     ("algorithm.rollout_correction.mask_high=0.5", "algorithm.rollout_correction.mask_low=0.5 ≥ mask_high=0.5 — "
                                                    "expected a band with mask_low < mask_high"),
+    ("algorithm.rollout_correction.mode=tis actor.policy_loss=cispo",
+     "algorithm.rollout_correction.mode=tis with actor.policy_loss=cispo — expected one of ['vanilla', 'ppo_clip']"),
 ])
 def test_bad_correction_settings_fail_before_anything_starts(override, message):
     with pytest.raises(ConfigError) as info:
-        validate_config(load_config("grpo", [override]), (1, "one process"))
+        validate_config(load_config("grpo", override.split()), (1, "one process"))
     assert message in str(info.value)

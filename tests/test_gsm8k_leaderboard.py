@@ -273,7 +273,7 @@ def test_committed_recipe_readmes_show_the_committed_rows():
     section, sources = committed_section()
     blocks = [(readme, match) for readme in sorted((REPO / "recipes").glob("*/README.md"))
               for match in BLOCK.finditer(readme.read_text())]
-    assert {readme.parent.name for readme, _ in blocks} == {"grpo", "rloo", "remax", "dapo", "ppo"}
+    assert {readme.parent.name for readme, _ in blocks} == {"grpo", "rloo", "remax", "dapo", "ppo", "entropy_cov"}
     shown = " ".join(sources)
     for readme, match in blocks:
         assert match.group("body") == render_block(section, match.group("recipes").split(), shown), readme

@@ -17,6 +17,7 @@ from recipes.remax.trainer import ReMaxTrainer
 REPO = Path(__file__).resolve().parent.parent
 DRGRPO = str(REPO / "recipes" / "grpo" / "drgrpo.yaml")
 REINFORCE_PP = str(REPO / "recipes" / "grpo" / "reinforce_pp.yaml")
+KL_COV = str(REPO / "recipes" / "entropy_cov" / "kl_cov.yaml")
 
 
 def varied_score(text, ground_truth):
@@ -51,6 +52,7 @@ def returns_to_go(rewards, mask):
 # ---- one step of each recipe --------------------------------------------------------------------
 @pytest.mark.parametrize("recipe, uses_reference", [
     ("rloo", True), ("remax", True), ("dapo", False), (DRGRPO, True), (REINFORCE_PP, True),
+    ("entropy_cov", False),
 ])
 def test_each_recipe_runs_one_step_on_the_random_model(fast_overrides, recipe, uses_reference):
     trainer = build(recipe, fast_overrides)
@@ -111,6 +113,22 @@ def test_remax_trainer_refuses_another_estimator(fast_overrides):
         ReMaxTrainer(load_config("remax", fast_overrides + ["algorithm.adv_estimator=grpo"]))
 
 
+# ---- Clip-Cov / KL-Cov -----------------------------------------------------------------------------
+def test_kl_cov_trainer_picks_the_top_covariance_tokens_once_over_the_step_batch(fast_overrides):
+    trainer = build(KL_COV, fast_overrides + ["actor.kl_cov_ratio=0.1", "actor.ppo_mini_batch_size=4"])
+    updates = spy_on(trainer, "update_policy")
+    trainer.fit()
+    (batch,) = updates
+    assert "old_log_probs" in batch  # computed although the step is one optimizer step: the pick needs it
+    mask = batch["response_mask"].bool()
+    selected = batch["cov_selected"]
+    assert selected.sum() == max(int(0.1 * mask.sum()), 1) and not (selected & ~mask).any()
+    # The picked tokens are those of largest (A − Ā)(log π_old − mean) over the whole batch, not per mini-batch.
+    adv, logp = batch["advantages"][mask], batch["old_log_probs"][mask]
+    cov = (adv - adv.mean()) * (logp - logp.mean())
+    assert cov[selected[mask]].min() >= cov[~selected[mask]].max()
+
+
 # ---- the GRPO config variants -------------------------------------------------------------------
 def test_drgrpo_is_grpo_without_std_and_with_a_constant_normaliser():
     grpo, cfg = load_config("grpo"), load_config(DRGRPO)
@@ -167,3 +185,30 @@ def test_run_qwen3_8b_dry_run_of_each_recipe(tmp_path, recipe, expected):
     assert f"recipes.{recipe}.trainer." in plan
     for line in expected:
         assert line in plan, line
+
+
+def test_run_qwen3_8b_gspo_dry_run(tmp_path):
+    data = tmp_path / "gsm8k"
+    write_rows(gsm8k_rows(), data / "train.parquet")
+    write_rows(gsm8k_rows(), data / "test.parquet")
+    env = dict(os.environ, DATA=str(data), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               RECIPEZOO_CACHE=str(tmp_path / "cache"),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    script = REPO / "recipes" / "grpo" / "run_qwen3_8b_gspo.sh"
+    result = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    plan = result.stdout
+    assert "model        Qwen/Qwen3-8B" in plan and "1 node × 8 GPUs = 8 GPUs" in plan
+    assert "rollout      vllm: n=5" in plan and "prompts/step              1024" in plan
+    for line in ["policy loss gspo (clip 0.0003/0.0004", "loss agg seq-mean-token-mean", "KL           off"]:
+        assert line in plan, line
+
+
+def test_run_qwen3_8b_cispo_is_the_gspo_launcher_with_its_own_recipe():
+    # The dry run above checks the launcher once; CISPO's differs only in its header and its names.
+    def body(variant):
+        text = (REPO / "recipes" / "grpo" / f"run_qwen3_8b_{variant}.sh").read_text()
+        return text[text.index("set -euo pipefail"):].replace(variant, "VARIANT")
+
+    assert body("cispo") == body("gspo")
+    assert "--recipe recipes/grpo/cispo.yaml" in (REPO / "recipes" / "grpo" / "run_qwen3_8b_cispo.sh").read_text()

@@ -12,7 +12,9 @@ from core.config import ConfigError, load_config
 from core.config.validate import planned_world, validate_config
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPES = ["grpo", "rloo", "remax", "dapo", "ppo", "recipes/grpo/drgrpo.yaml", "recipes/grpo/reinforce_pp.yaml"]
+RECIPES = ["grpo", "rloo", "remax", "dapo", "ppo", "recipes/grpo/drgrpo.yaml", "recipes/grpo/reinforce_pp.yaml",
+           *[f"recipes/grpo/{name}.yaml" for name in ("gspo", "cispo", "gpg", "reinforce_pp_baseline", "opo", "grpo_passk")],
+           "entropy_cov", "recipes/entropy_cov/kl_cov.yaml"]
 
 
 def check(*overrides: str, recipe: str = "grpo", world: tuple[int, str] | None = None) -> None:
@@ -152,3 +154,33 @@ def test_rollout_tensor_parallel_size_must_divide_the_ranks():
     with pytest.raises(ConfigError, match=r"rollout.tensor_model_parallel_size=2 does not divide the 3 rank"):
         check("rollout.name=vllm", "rollout.tensor_model_parallel_size=2", "data.train_batch_size=48",
               "actor.ppo_mini_batch_size=24", world=(3, "test"))
+
+
+# ---- the zoo's losses -------------------------------------------------------------------------------
+@pytest.mark.parametrize("estimator", ["gae", "reinforce_plus_plus", "remax"])
+def test_a_sequence_level_loss_refuses_token_level_advantages(estimator):
+    with pytest.raises(ConfigError) as info:
+        check(f"algorithm.adv_estimator={estimator}", recipe="recipes/grpo/gspo.yaml")
+    assert f"actor.policy_loss=gspo with algorithm.adv_estimator={estimator} — expected an estimator" in str(info.value)
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_an_unknown_policy_loss_lists_the_valid_ones():
+    with pytest.raises(ConfigError, match=r"actor.policy_loss='gspoo' is not one of \['cispo', 'clip_cov', 'gpg', 'gspo'"):
+        check("actor.policy_loss=gspoo")
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("actor.clip_ratio_low=-0.1", "≥ 0"), ("actor.clip_ratio_high=-0.2", "≥ 0"),
+    ("actor.clip_cov_ratio=0", "in (0, 1)"), ("actor.clip_cov_ratio=1.0", "in (0, 1)"),
+    ("actor.kl_cov_ratio=1.5", "in (0, 1)"), ("actor.kl_cov_coef=-1", "≥ 0"),
+])
+def test_zoo_parameters_out_of_range_name_the_key(override, expected):
+    with pytest.raises(ConfigError) as info:
+        check(override, recipe="entropy_cov")
+    assert f"{override} is out of range — expected {expected}" in str(info.value)
+
+
+def test_clip_cov_bounds_must_be_ordered():
+    with pytest.raises(ConfigError, match=r"actor.clip_cov_lb=5.0 with actor.clip_cov_ub=1.0 — expected clip_cov_lb"):
+        check("actor.clip_cov_lb=5.0", "actor.clip_cov_ub=1.0", recipe="entropy_cov")

@@ -25,7 +25,10 @@ def make_actor_loss(actor_cfg, max_response_length: int):
         pg_loss, pg_metrics = policy_loss(
             log_probs, old_log_probs, micro["advantages"], mask,
             clip_ratio_low=actor_cfg.clip_ratio_low, clip_ratio_high=actor_cfg.clip_ratio_high,
-            clip_ratio_c=actor_cfg.clip_ratio_c, token_weights=micro.tensors.get("rollout_is_weights"), **normalisers,
+            clip_ratio_c=actor_cfg.clip_ratio_c, token_weights=micro.tensors.get("rollout_is_weights"),
+            kl_cov_coef=actor_cfg.kl_cov_coef,
+            # Clip-Cov/KL-Cov's tokens, picked once per step over the whole batch (see entropy_cov.py).
+            cov_selected=micro.tensors.get("cov_selected"), **normalisers,
         )
         entropy_loss = _aggregate(entropy, mask, normalisers)
         loss = pg_loss - actor_cfg.entropy_coeff * entropy_loss

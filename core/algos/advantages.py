@@ -181,3 +181,108 @@ def gae_advantages(
         advantages[:, t] = torch.where(valid[:, t], adv_t, 0.0)
     returns = torch.where(valid, advantages + values, 0.0)  # (B, T_resp) the critic's target
     return masked_whiten(advantages, valid, sum_over_ranks=sum_over_ranks) * valid, returns
+
+
+def _broadcast(seq_adv: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) per-response advantages over each response's valid tokens, as (advantages, returns)."""
+    advantages = seq_adv.unsqueeze(-1) * response_mask.to(seq_adv.dtype)  # (B, T_resp)
+    return advantages, advantages.clone()
+
+
+@ADV_ESTIMATORS.register("reinforce_plus_plus_baseline")
+@torch.no_grad()
+def reinforce_plus_plus_baseline_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: np.ndarray,
+    sum_over_ranks=None,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group-mean baseline, then whitened over the batch's valid tokens (`sum_over_ranks`: see
+    `masked_whiten`)."""
+    scores = _outcome_scores(token_level_rewards, response_mask, group_ids)  # (B,)
+    centred = scores.clone()  # (B,) a lone sample keeps r_i (baseline 0), as verl does
+    for rows in group_indices(group_ids):
+        if len(rows) > 1:
+            # REINFORCE++-baseline (Hu 2025, arXiv:2501.03262): A_i = r_i − mean_g, then batch whitening.
+            centred[rows] = scores[rows] - scores[rows].mean()
+    valid = response_mask.bool()
+    advantages = masked_whiten(centred.unsqueeze(-1).expand_as(valid), valid, sum_over_ranks=sum_over_ranks)
+    advantages = advantages * valid  # (B, T_resp)
+    return advantages, advantages.clone()
+
+
+@ADV_ESTIMATORS.register("opo")
+@torch.no_grad()
+def opo_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: np.ndarray,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Length-weighted group baseline, broadcast over each response's valid tokens."""
+    scores = _outcome_scores(token_level_rewards, response_mask, group_ids)  # (B,)
+    lengths = response_mask.to(scores.dtype).sum(dim=-1)  # (B,) valid tokens per response
+    seq_adv = scores.clone()  # (B,) a lone sample keeps r_i (baseline 0), as verl does
+    for rows in group_indices(group_ids):
+        if len(rows) > 1:
+            r, length = scores[rows], lengths[rows]  # (n,)
+            # OPO (Hao et al. 2025, arXiv:2505.23585): b_g = Σ_j l_j·r_j / Σ_j l_j, A_i = r_i − b_g.
+            seq_adv[rows] = r - (length * r).sum() / length.sum().clamp(min=1)
+    return _broadcast(seq_adv, response_mask)
+
+
+@ADV_ESTIMATORS.register("grpo_passk")
+@torch.no_grad()
+def grpo_passk_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k advantage: only each group's best response gets a nonzero advantage."""
+    scores = _outcome_scores(token_level_rewards, response_mask, group_ids)  # (B,)
+    seq_adv = torch.zeros_like(scores)  # (B,)
+    for rows in group_indices(group_ids):
+        if len(rows) < 2:
+            raise ValueError(f"grpo_passk needs at least 2 samples per prompt, got a group of {len(rows)}; "
+                             "raise rollout.n")
+        r = scores[rows]  # (n,)
+        top2 = torch.topk(r, 2)
+        # Pass@k (arXiv:2503.19595, verl's grpo_passk): A_best = (r_max − r_second) / (std_g + ε), others 0.
+        advantage = top2.values[0] - top2.values[1]
+        seq_adv[rows[int(top2.indices[0])]] = advantage / (r.std() + epsilon) if norm_adv_by_std else advantage
+    return _broadcast(seq_adv, response_mask)
+
+
+@ADV_ESTIMATORS.register("gpg")
+@torch.no_grad()
+def gpg_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: np.ndarray,
+    sum_over_ranks=None,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group-mean baseline scaled by α = B / #(r_i ≠ 0) over the whole batch (`sum_over_ranks`: see
+    `masked_whiten`), broadcast over each response's valid tokens."""
+    total = sum_over_ranks or (lambda value: value)
+    scores = _outcome_scores(token_level_rewards, response_mask, group_ids)  # (B,)
+    # GPG (Chu et al. 2025, arXiv:2504.02546), as verl computes it: α = B / max(#(r_i ≠ 0), 1), F_norm = 1.
+    alpha = float(total(float(len(scores)))) / max(float(total(float(torch.count_nonzero(scores)))), 1.0)
+    seq_adv = scores.clone()  # (B,) a lone sample keeps α·r_i (baseline 0), as verl does
+    for rows in group_indices(group_ids):
+        if len(rows) > 1:
+            seq_adv[rows] = scores[rows] - scores[rows].mean()
+    return _broadcast(alpha * seq_adv, response_mask)
+
+
+# Estimators that give one advantage per response (the same on all its tokens): what a sequence-level
+# loss (GSPO) needs. gae, reinforce_plus_plus and remax give token-level advantages.
+SEQUENCE_LEVEL_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk", "gpg")

@@ -1,5 +1,7 @@
 """Policy-gradient losses: per-token surrogate, then `aggregate_loss` to a scalar.
 
+Every loss takes `ppo_clip_loss`'s arguments and ignores the options it does not use, so the actor
+calls any of them the same way and a recipe switches loss with one config line (`actor.policy_loss`).
 Every loss returns (loss, metrics): loss is this micro-batch's share of the global mini-batch
 loss (see aggregation.py), metrics are python floats averaged over this micro-batch's valid
 tokens, for logging only.
@@ -21,6 +23,13 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
+def clamped_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log ρ, ρ) per token, ρ = π/π_old; log ρ clamped to ±20 before exp so one stale token cannot
+    overflow the ratio to inf."""
+    log_ratio = torch.clamp(log_probs - old_log_probs, min=-20.0, max=20.0)  # (B, T_resp)
+    return log_ratio, torch.exp(log_ratio)
+
+
 @POLICY_LOSSES.register("vanilla", "ppo_clip")
 def ppo_clip_loss(
     log_probs: torch.Tensor,
@@ -36,6 +45,7 @@ def ppo_clip_loss(
     num_seqs: int,
     max_response_length: int,
     token_weights: torch.Tensor | None = None,
+    **_,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped PPO surrogate with clip-higher and dual clip; all tensors (B, T_resp).
 
@@ -46,9 +56,7 @@ def ppo_clip_loss(
             f"clip_ratio_c={clip_ratio_c} but dual clip needs c > 1 (it caps the loss of a "
             "negative-advantage token at -A·c); use 3.0 (Ye et al. 2020) or 10.0 (DAPO)"
         )
-    # Clamp before exp so one stale token cannot overflow the ratio to inf.
-    log_ratio = torch.clamp(log_probs - old_log_probs, min=-20.0, max=20.0)  # (B, T_resp)
-    ratio = torch.exp(log_ratio)
+    log_ratio, ratio = clamped_ratio(log_probs, old_log_probs)  # (B, T_resp)
 
     # PPO (Schulman et al. 2017); asymmetric ε_low/ε_high is clip-higher (DAPO, Yu et al. 2025).
     unclipped = -advantages * ratio

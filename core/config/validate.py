@@ -18,8 +18,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from core.algos.advantages import ADV_ESTIMATORS
+from core.algos.advantages import ADV_ESTIMATORS, SEQUENCE_LEVEL_ESTIMATORS
 from core.algos.aggregation import AGG_MODES
+from core.algos.importance_losses import SEQUENCE_LEVEL_LOSSES
 from core.algos.kl import KL_ESTIMATORS
 from core.algos.policy_loss import POLICY_LOSSES
 from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
@@ -33,8 +34,10 @@ from core.trainer.schedule import SCHEDULES
 
 ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
 CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
-GROUP_ESTIMATORS = ("grpo", "rloo")  # advantages that compare the n samples of one prompt
+# Advantages that compare the n samples of one prompt.
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk", "gpg")
 CRITIC_ESTIMATORS = ("gae",)  # advantages that need PPO's value model
+CORRECTED_LOSSES = ("vanilla", "ppo_clip")  # losses that take the off-policy correction's token_weights
 
 KINDS = {  # kind -> (how an error names it, the test)
     "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
@@ -73,8 +76,8 @@ RANGES = {  # key -> the valid range, as the error states it
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
-        "actor.kl_loss_coef", "critic.warmup_steps", "critic.weight_decay", "critic.cliprange_value",
-        "algorithm.kl_coef", "algorithm.rollout_correction.mask_low",
+        "actor.kl_loss_coef", "actor.kl_cov_coef", "critic.warmup_steps", "critic.weight_decay",
+        "critic.cliprange_value", "algorithm.kl_coef", "algorithm.rollout_correction.mask_low",
         "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
         "trainer.max_ckpt_to_keep", "trainer.critic_warmup", "trainer.num_threads", "trainer.seed"], "≥ 0"),
     **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "actor.lora.alpha",
@@ -82,9 +85,11 @@ RANGES = {  # key -> the valid range, as the error states it
     "actor.lora.dropout": "in [0, 1)",
     **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization"], "in (0, 1]"),
     **dict.fromkeys(["algorithm.gamma", "algorithm.lam"], "in [0, 1]"),
+    **dict.fromkeys(["actor.clip_cov_ratio", "actor.kl_cov_ratio"], "in (0, 1)"),
 }
 RANGE_TESTS = {"≥ 1": lambda v: v >= 1, "≥ 0": lambda v: v >= 0, "> 0": lambda v: v > 0,
-               "in (0, 1]": lambda v: 0 < v <= 1, "in [0, 1]": lambda v: 0 <= v <= 1, "in [0, 1)": lambda v: 0 <= v < 1}
+               "in (0, 1]": lambda v: 0 < v <= 1, "in [0, 1]": lambda v: 0 <= v <= 1, "in [0, 1)": lambda v: 0 <= v < 1,
+               "in (0, 1)": lambda v: 0 < v < 1}
 _MISSING = object()
 
 
@@ -221,6 +226,14 @@ def check_algorithm(resolved: dict) -> None:
     if estimator in GROUP_ESTIMATORS and n < 2:
         raise ConfigError(f"rollout.n={n} with algorithm.adv_estimator={estimator} — expected rollout.n ≥ 2: "
                           "its advantage compares the samples of one prompt, so it needs groups of two or more")
+    loss, actor = resolved["actor"]["policy_loss"], resolved["actor"]
+    if loss in SEQUENCE_LEVEL_LOSSES and estimator not in SEQUENCE_LEVEL_ESTIMATORS:
+        raise ConfigError(f"actor.policy_loss={loss} with algorithm.adv_estimator={estimator} — expected an estimator "
+                          f"with one advantage per response, one of {list(SEQUENCE_LEVEL_ESTIMATORS)}: {loss}'s "
+                          f"ratio and clip are per sequence, and {estimator}'s advantages are per token")
+    if actor["clip_cov_lb"] >= actor["clip_cov_ub"]:
+        raise ConfigError(f"actor.clip_cov_lb={actor['clip_cov_lb']} with actor.clip_cov_ub={actor['clip_cov_ub']} — "
+                          "expected clip_cov_lb < clip_cov_ub: Clip-Cov draws tokens with a covariance between them")
     buffer, max_response = resolved["reward"]["overlong_buffer"], resolved["data"]["max_response_length"]
     if buffer["enable"] and buffer["len"] >= max_response:
         raise ConfigError(f"reward.overlong_buffer.len={buffer['len']} with data.max_response_length="
@@ -229,6 +242,9 @@ def check_algorithm(resolved: dict) -> None:
     if correction["mask_low"] >= correction["mask_high"]:
         raise ConfigError(f"algorithm.rollout_correction.mask_low={correction['mask_low']} ≥ mask_high="
                           f"{correction['mask_high']} — expected a band with mask_low < mask_high")
+    if correction["mode"] != NO_CORRECTION and loss not in CORRECTED_LOSSES:
+        raise ConfigError(f"algorithm.rollout_correction.mode={correction['mode']} with actor.policy_loss={loss} — "
+                          f"expected one of {list(CORRECTED_LOSSES)}: only they weigh tokens by the correction")
 
 
 def check_schedule(resolved: dict) -> None:

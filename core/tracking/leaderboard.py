@@ -97,6 +97,12 @@ class Row:
     def generated_tokens(self) -> float:
         return statistics.fmean(run["generated_tokens"] for run in self.runs)
 
+    def start_acc(self, task: str) -> float | None:
+        """Mean held-out accuracy at step 0 (before RL): rows that start apart are not level."""
+        starts = [points[0][1] for run in self.runs
+                  if (points := run["history"].get(f"val/{task}/acc")) and points[0][0] == 0]
+        return statistics.fmean(starts) if starts else None
+
 
 @dataclass
 class Leaderboard:
@@ -232,7 +238,9 @@ def _render_main_table(board: Leaderboard) -> list[str]:
     lines = [
         "",
         "Each task cell is mean ± std (n) of the runs' final held-out accuracy over n seeds "
-        "(std with ddof=1, n/a for one seed). Wall time and generated tokens are means per run.",
+        "(std with ddof=1, n/a for one seed); *at step 0* is the mean before RL, where a row started "
+        "(the warm-started model can differ between library releases). Wall time and generated tokens are "
+        "means per run.",
         "",
         "## Evaluation protocol",
     ]
@@ -240,12 +248,14 @@ def _render_main_table(board: Leaderboard) -> list[str]:
         lines += ["", f"### {task} acc (`val/{task}/acc`)", "", "| protocol | value |", "|---|---|"]
         lines += [f"| {key.replace('_', '-')} | {_md(board.protocols[task][key])} |" for key in PROTOCOL_KEYS]
     order = f", sorted by {board.tasks[0]} acc" if board.tasks else ""
-    header = ["recipe", "model", *[f"{task} acc" for task in board.tasks],
+    header = ["recipe", "model", *[f"{task} acc{suffix}" for task in board.tasks for suffix in ("", " at step 0")],
               "seeds", "steps", "wall time", "generated tokens"]
     lines += ["", f"## Results{order}", "", "| " + " | ".join(header) + " |",
               "|---|---|" + "---:|" * (len(header) - 2)]
     for row in board.rows:
-        cells = [row.recipe, row.model, *[row.cells[t].text() if t in row.cells else "—" for t in board.tasks],
+        accuracies = [(row.cells[t].text() if t in row.cells else "—", _optional_acc(row.start_acc(t)))
+                      for t in board.tasks]
+        cells = [row.recipe, row.model, *[text for pair in accuracies for text in pair],
                  str(row.seeds), row.steps_text(),
                  format_duration(row.wall_seconds) if row.wall_seconds is not None else "?",
                  format_tokens(row.generated_tokens)]
@@ -265,11 +275,16 @@ def board_records(board: Leaderboard) -> list[dict]:
             record[f"{task}/acc_mean"] = _round(cell.mean) if cell else None
             record[f"{task}/acc_std"] = _round(cell.std) if cell else None
             record[f"{task}/acc_n"] = cell.n if cell else 0
+            record[f"{task}/acc_step0_mean"] = _round(row.start_acc(task))
         record.update(seeds=row.seeds, steps=row.steps_text("-"), wall_seconds=_round(row.wall_seconds),
                       generated_tokens=_round(row.generated_tokens),
                       run_ids=" ".join(run["run_id"] for run in row.runs))
         records.append(record)
     return records
+
+
+def _optional_acc(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def render_csv(board: Leaderboard) -> str:

@@ -239,6 +239,17 @@ def merge_exports(exports: list[dict]) -> dict:
                        evals)
 
 
+def add_runs(export: dict, new: dict) -> dict:
+    """`export` with `new`'s runs and evals added, under `export`'s experiment name(s). A run `export` already
+    holds (the same MLflow run id) is kept once, so adding a store again adds only its runs finished since."""
+    known = {run["run_id"] for run in export["runs"]} | {entry["run_id"] for entry in export.get("evals", [])}
+    runs = [run for run in new["runs"] if run["run_id"] not in known]
+    evals = [entry for entry in new.get("evals", []) if entry["run_id"] not in known]
+    experiments = ", ".join(dict.fromkeys([*str(export.get("experiment")).split(", "), str(new.get("experiment"))]))
+    return _with_evals({"schema": EXPORT_SCHEMA, "experiment": experiments,
+                        "runs": _sorted_runs([*export["runs"], *runs])}, [*export.get("evals", []), *evals])
+
+
 def save_export(data: dict, path: str | Path) -> Path:
     """Write `data` as stable, diff-friendly JSON: sorted keys, one history point per line."""
     path = Path(path)

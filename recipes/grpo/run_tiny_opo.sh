@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# OPO (recipes/grpo/opo.yaml) on the embedded tiny Qwen3 + arithmetic task: 2 CPU cores, no GPU.
+# Extra arguments are config overrides, e.g.: bash recipes/grpo/run_tiny_opo.sh trainer.total_steps=20
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+exec python -m core.cli train --recipe recipes/grpo/opo.yaml "$@"
