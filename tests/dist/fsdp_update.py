@@ -48,7 +48,7 @@ def main(out_path: str, loss_agg_mode: str) -> None:
     engine.optimizer = torch.optim.SGD(engine.model.parameters(), lr=1.0)
     actor_cfg = SimpleNamespace(policy_loss="ppo_clip", loss_agg_mode=loss_agg_mode, clip_ratio_low=0.2,
                                 clip_ratio_high=0.28, clip_ratio_c=3.0, entropy_coeff=0.01,
-                                use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl")
+                                use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl", kl_cov_coef=1.0)
     shard = fixed_batch(len(tokenizer)).chunk(world.size)[world.rank]
     engine.update(shard, make_actor_loss(actor_cfg, RESPONSE_LEN), mini_batch_size=len(shard))
     weights = engine.full_state_dict()
