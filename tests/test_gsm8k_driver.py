@@ -233,7 +233,7 @@ def test_jobs_from_recipes_seeds_or_pairs():
     jobs = driver.wanted_jobs(driver.parse_args(["--only", "grpo:0", "ppo:2", "--eval-before"]))
     assert [(job.name, job.variant, job.seed) for job in jobs] == [("pretrained", None, 0), ("grpo-seed0", "grpo", 0),
                                                                    ("ppo-seed2", "ppo", 2)]
-    assert len(driver.wanted_jobs(driver.parse_args([]))) == 21
+    assert len(driver.wanted_jobs(driver.parse_args([]))) == 3 * len(driver.VARIANTS)  # every variant × seeds 0, 1, 2
     assert [job.name for job in driver.wanted_jobs(driver.parse_args(["--eval-before-only"]))] == ["pretrained"]
     with pytest.raises(SystemExit, match="expected RECIPE:SEED"):
         driver.wanted_jobs(driver.parse_args(["--only", "grpo"]))
