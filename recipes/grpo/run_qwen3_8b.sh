@@ -7,7 +7,10 @@
 #       (or set DATA=/path/to/dir holding train.parquet and test.parquet).
 # Check before you launch (offline, no GPU, nothing downloaded):  bash recipes/grpo/run_qwen3_8b.sh --dry-run
 # Extra arguments are config overrides, e.g.: bash recipes/grpo/run_qwen3_8b.sh trainer.total_steps=20
+# The same run with a GRPO variant's loss: RECIPE=recipes/grpo/<variant>.yaml (run_qwen3_8b_gspo.sh does this).
 set -euo pipefail
+RECIPE="${RECIPE:-grpo}"
+RUN_NAME="${RUN_NAME:-grpo-qwen3-8b}"
 NGPUS="${NGPUS:-8}"  # GPUs of this node (one torchrun rank or Ray worker each)
 DATA="${DATA:-$HOME/data/gsm8k}"
 case "$DATA" in /*) ;; *) DATA="$PWD/$DATA" ;; esac  # absolute before the cd below
@@ -20,7 +23,7 @@ case " $* " in
     *" trainer.controller=ray "*) launcher=(python) ;;  # one driver; Ray places the workers (RAY_ADDRESS)
     *) launcher=(torchrun --nnodes=1 --nproc_per_node="$NGPUS") ;;
 esac
-exec "${launcher[@]}" -m core.cli train --recipe grpo \
+exec "${launcher[@]}" -m core.cli train --recipe "$RECIPE" \
     model.path=Qwen/Qwen3-8B \
     data.train_files="$DATA/train.parquet" \
     data.val_files="$DATA/test.parquet" \
@@ -34,14 +37,11 @@ exec "${launcher[@]}" -m core.cli train --recipe grpo \
     actor.lr=1e-6 \
     actor.ppo_mini_batch_size=256 \
     actor.micro_batch_size=32 \
-    actor.use_kl_loss=true \
-    actor.kl_loss_coef=0.001 \
-    actor.kl_loss_type=low_var_kl \
     actor.entropy_coeff=0 \
     actor.gradient_checkpointing=true \
     trainer.nnodes=1 \
     trainer.n_gpus_per_node="$NGPUS" \
     trainer.total_steps=105 \
     trainer.test_freq=5 \
-    tracking.run_name=grpo-qwen3-8b \
+    tracking.run_name="$RUN_NAME" \
     "$@"
