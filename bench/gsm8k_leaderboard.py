@@ -313,7 +313,8 @@ def describe(summary: dict) -> str:
     if summary.get("steps") is not None:
         parts.append(f"{summary['steps']} steps" + (f" ({summary['stopped']})" if summary.get("stopped") else ""))
     if summary.get("step_s"):
-        parts.append(f"{summary['step_s']:.1f} s/step")
+        parts.append(f"{summary['step_s']:.1f} s/step" + (f" ({summary['steady_step_s']:.1f} after step 1)"
+                                                           if summary.get("steady_step_s") else ""))
     parts += [f"{key[:-2]} {summary[key]:.0f}s" for key in ("setup_s", "train_s", "eval_s") if key in summary]
     for name, results in sorted((summary.get("figures") or {}).items()):  # name: <eval set>/<grader>
         for source, values in results.items():

@@ -32,7 +32,7 @@ from core.tracking.run_export import (
 )
 
 EXPERIMENT = "gsm8k-leaderboard"
-SUMMARY_KEYS = ("run_id", "steps", "stopped", "step_s", "setup_s", "train_s", "eval_s")
+SUMMARY_KEYS = ("run_id", "steps", "stopped", "step_s", "steady_step_s", "setup_s", "train_s", "eval_s")
 
 
 def open_store(uri: str, experiment: str) -> None:
@@ -218,7 +218,8 @@ def render_readme(invocations: list[dict]) -> str:
                      f"{_seconds(record['wall_s'])} | {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))} | "
                      f"{'yes' if record.get('counted', True) else 'no'} |")
     lines += ["", "## Jobs", "", "Setup: model, trainer and engine start (one at a time per GPU); s/step while sharing "
-              "the GPU. A crashed job is not counted; `skipped` was done by an earlier invocation.", "",
+              "the GPU, mean (in brackets: median after the first step, which also pays one-time compilation). "
+              "A crashed job is not counted; `skipped` was done by an earlier invocation.", "",
               "| job | started | GPU | status | setup | training | steps | s/step | evaluation | training run |",
               "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for record in invocations:
@@ -227,6 +228,8 @@ def render_readme(invocations: list[dict]) -> str:
                 continue
             steps = "—" if job.get("steps") is None else str(job["steps"]) + (" (stopped)" if job.get("stopped") else "")
             step_s = "—" if job.get("step_s") is None else f"{job['step_s']:.1f}"
+            if job.get("steady_step_s") is not None:
+                step_s += f" ({job['steady_step_s']:.1f})"
             lines.append(f"| {job['name']} | {record['started']} | {job['gpu'] or 'CPU'} | {job['status']} | "
                          f"{_seconds(job.get('setup_s'))} | {_seconds(job.get('train_s'))} | {steps} | {step_s} | "
                          f"{_seconds(job.get('eval_s'))} | {job.get('run_id') or '—'} |")

@@ -29,7 +29,7 @@ from core.cli import load_trainer_class  # noqa: E402
 from core.cli import main as recipezoo  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.eval.generate import GenerationSpec, generate_responses  # noqa: E402
-from core.tracking.run_export import AFTER_EVAL_TAG, SAMPLED_TOKENS_KEY, STOPPED_TAG  # noqa: E402
+from core.tracking.run_export import AFTER_EVAL_TAG, SAMPLED_TOKENS_KEY, STOPPED_TAG, steady_seconds  # noqa: E402
 from core.tracking.tracker import Tracking  # noqa: E402
 
 # (name, file under --data-dir, samples per prompt, temperature, top-p, max new tokens, GSM8K graders).
@@ -257,7 +257,8 @@ def train_and_evaluate(args, config, turns: GpuTurns) -> None:
         steps, stopped = int(stop.args[0]), f"time: after step {stop.args[0]} of {total}"
         tag_run(config, run_id, {STOPPED_TAG: stopped})
     step_s = round(sum(trainer.step_seconds) / len(trainer.step_seconds), 2) if trainer.step_seconds else None
-    write_summary(args, steps=steps, stopped=stopped, step_s=step_s, train_s=round(time.monotonic() - started, 1),
+    write_summary(args, steps=steps, stopped=stopped, step_s=step_s, steady_step_s=steady_seconds(trainer.step_seconds),
+                  train_s=round(time.monotonic() - started, 1),
                   status="eval")
     model = str(config.model.path)
     started = time.monotonic()

@@ -11,7 +11,7 @@ from mlflow.entities import Metric, Param
 
 from core.cli import main
 from core.tracking.leaderboard import build_leaderboard, write_leaderboard
-from core.tracking.run_export import LeaderboardError, export_runs, load_export, save_export
+from core.tracking.run_export import LeaderboardError, export_runs, load_export, save_export, steady_seconds
 
 PROTOCOL = {
     "data.val_files": "embedded://arithmetic", "data.val_max_samples": "256", "rollout.val_n": "1",
@@ -182,3 +182,10 @@ def test_cli_adds_a_new_stores_runs_to_the_committed_export(store, in_tmp, capsy
     assert main(["leaderboard", "--uri", store["uri"], "--experiment", "zoo", "--export", "committed.json",
                  "--add-to-export"]) == 0
     assert load_export(in_tmp / "committed.json") == merged
+
+
+def test_steady_step_time_is_the_median_after_the_first_step():
+    # The first step (12 s here) pays compilation; the rest: 4, 6, 5 → median 5; two left: their mean.
+    assert steady_seconds([12.0, 4.0, 6.0, 5.0]) == 5.0
+    assert steady_seconds([12.0, 4.0, 7.0]) == 5.5
+    assert steady_seconds([12.0]) is None and steady_seconds([]) is None

@@ -366,7 +366,9 @@ def _stage_text(run: dict) -> str:
         return "—"
     stages = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in (run.get("stage_seconds") or {}).items()
                        if seconds >= 0.05)
-    return f"{run['step_seconds']:.1f}" + (f": {stages}" if stages else "")
+    steady = run.get("steady_step_seconds")
+    mean = f"{run['step_seconds']:.1f}" + ("" if steady is None else f" ({steady:.1f} after step 1)")
+    return mean + (f": {stages}" if stages else "")
 
 
 def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]:

@@ -182,6 +182,8 @@ def _export_run(client, run) -> dict:
         "generated_tokens": int(round(sum(value for _, value in tokens))),
         "sampled_tokens": None if sampled is None else int(round(sum(value for _, value in sampled))),
         "step_seconds": round(sum(v for _, v in step_times) / len(step_times), 3) if step_times else None,
+        # The first step also pays one-time costs (kernel compilation, CUDA graphs, allocator growth).
+        "steady_step_seconds": steady_seconds([v for _, v in step_times]),
         # Where a step's time goes (gen, old_log_prob, update_actor, ...): means over the steps, 0 s stages left out.
         "stage_seconds": {stage: round(sum(v for _, v in points) / len(points), 3)
                           for stage, points in stages.items() if points and any(v > 0 for _, v in points)},
@@ -190,6 +192,16 @@ def _export_run(client, run) -> dict:
         "final": final,
         "history": histories,
     }
+
+
+def steady_seconds(step_times: list[float]) -> float | None:
+    """Median time of the steps after the first: what a step costs once warm (None before step 2)."""
+    later = sorted(step_times[1:])
+    if not later:
+        return None
+    middle = len(later) // 2
+    median = later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
+    return round(median, 3)
 
 
 def _seed(value: Any) -> int | str | None:
