@@ -24,6 +24,7 @@ from core.tracking.run_export import (
     EVAL_STAGE_TAG,
     GPU_SECONDS_TAG,
     GPU_SHARE_TAG,
+    STOPPED_TAG,
     LeaderboardError,
     export_runs,
     load_export,
@@ -146,17 +147,17 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     the table; their invocations are listed, marked as not counted, for their timings.
     """
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
-    exports = [export_runs((folder / "mlruns").resolve().as_uri(), EXPERIMENT) if (folder / "mlruns").is_dir()
-               else load_export(folder / "runs.json") for folder in folders]
-    merged = merge_exports(exports)
-    target = results / "gsm8k_leaderboard"
-    save_export(merged, target / "runs.json")
     records = {}
     for folder in [*folders, *timing_only]:
         for path in sorted((folder / "invocations").glob("*.json")):
             record = json.loads(path.read_text())
             record["counted"] = record.get("counted", True) and folder not in timing_only
             records[path.name] = record
+    exports = [export_runs((folder / "mlruns").resolve().as_uri(), EXPERIMENT) if (folder / "mlruns").is_dir()
+               else load_export(folder / "runs.json") for folder in folders]
+    merged = counted_runs(merge_exports(exports), records.values())
+    target = results / "gsm8k_leaderboard"
+    save_export(merged, target / "runs.json")
     (target / "invocations").mkdir(parents=True, exist_ok=True)
     for name, record in records.items():
         (target / "invocations" / name).write_text(json.dumps(record, indent=2) + "\n")
@@ -171,6 +172,22 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
         return 1
     print("wrote " + ", ".join(str(path) for path in [target / "runs.json", target / "README.md", *written]), flush=True)
     return 0
+
+
+def counted_runs(export: dict, invocations) -> dict:
+    """`export` without the runs that must not count, and their evaluations: a crashed job's run, the runs of an
+    invocation kept for its timings only, and a run stopped by a budget once a later run of the same recipe,
+    seed and model trained every step (a rerun that finished the job)."""
+    dropped = {job["run_id"] for record in invocations for job in record["jobs"]
+               if job.get("run_id") and (job["status"] == "crashed" or not record.get("counted", True))}
+    complete = {(run["recipe"], run["seed"], run["model"]) for run in export["runs"]
+                if run["run_id"] not in dropped and not run.get("tags", {}).get(STOPPED_TAG)}
+    dropped |= {run["run_id"] for run in export["runs"]
+                if run.get("tags", {}).get(STOPPED_TAG) and (run["recipe"], run["seed"], run["model"]) in complete}
+    kept = dict(export, runs=[run for run in export["runs"] if run["run_id"] not in dropped])
+    if "evals" in export:
+        kept["evals"] = [entry for entry in export["evals"] if entry.get("train_run_id") not in dropped]
+    return kept
 
 
 def _relative(path: Path) -> str:

@@ -287,6 +287,24 @@ def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatc
     assert driver.parse_args([]).min_job_s is None
 
 
+def test_only_counted_runs_reach_the_table():
+    def run(run_id, recipe, seed, stopped=None):
+        tags = {"stopped_by_budget": stopped} if stopped else {}
+        return {"run_id": run_id, "recipe": recipe, "seed": seed, "model": "m", "tags": tags}
+    export = {"runs": [run("crash", "grpo", 1), run("timing", "rloo", 1, "after step 1"),
+                       run("old", "drgrpo", 0, "after step 3"), run("full", "drgrpo", 0),
+                       run("short", "ppo", 1, "after step 5"), run("kept", "grpo", 2)],
+              "evals": [{"run_id": "e1", "train_run_id": "timing"}, {"run_id": "e2", "train_run_id": "kept"}]}
+    invocations = [{"counted": True, "jobs": [{"status": "crashed", "run_id": "crash"},
+                                              {"status": "done", "run_id": "full"}]},
+                   {"counted": False, "jobs": [{"status": "stopped", "run_id": "timing"}]}]
+    kept = report.counted_runs(export, invocations)
+    # crashed: out; timing-only: out with its eval; a stopped run finished by a rerun: out; stopped alone: kept.
+    assert [r["run_id"] for r in kept["runs"]] == ["full", "short", "kept"]
+    assert [e["run_id"] for e in kept["evals"]] == ["e2"]
+
+
+
 def test_gpu_time_is_split_among_the_processes_sharing_it():
     # The run [0, 100]; another process on its GPU over [0, 50], a third over [25, 100]:
     # 25 s shared by 2, 25 s by 3, 50 s by 2 = 12.5 + 8.33 + 25.
