@@ -1,6 +1,8 @@
 """verl's own trainer doing the work of one of our timed steps, each step timed, for a side-by-side table.
 
-    python bench/verl_grpo_gpu.py --shape grpo --model-dir DIR --data train.parquet --steps 4 --out results/perf/e2e_verl
+    python bench/verl_grpo_gpu.py --shape grpo --model-dir DIR --data train.parquet --steps 4 --out /tmp/verl_grpo
+
+(OUT also gets verl's log, metrics and Hydra dirs; bench/verl_suite.sh copies OUT/verl.json into results/perf/.)
 
 Runs `python -m verl.trainer.main_ppo` (verl 0.9.1: FSDP2 actor, vLLM rollout colocated on the same GPUs, its
 sync trainer) in verl's own environment (bench/requirements-verl.txt), never ours. Two shapes:
