@@ -6,14 +6,17 @@ The device's own count, not PyTorch's: vLLM allocates through its own pool, and 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import threading
 
 
 def read_used_total_mib() -> list[tuple[float, float]]:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
+    command = ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"]
+    if os.environ.get("CUDA_VISIBLE_DEVICES"):  # only the GPUs this run can use, not a neighbour's job on the others
+        command.append(f"--id={os.environ['CUDA_VISIBLE_DEVICES']}")
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     return [tuple(float(x) for x in line.split(",")) for line in out.strip().splitlines()]
 
 

@@ -10,6 +10,7 @@ rewards stay 0, which is fine for timing and memory). Extra arguments are config
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 from pathlib import Path
@@ -17,6 +18,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_memory import PeakMemoryMonitor  # noqa: E402
 
 from core.config import load_config  # noqa: E402
 from recipes.grpo.trainer import GRPOTrainer  # noqa: E402
@@ -62,10 +66,12 @@ def main() -> int:
         real_log(metrics, step=step)
 
     trainer.tracking.log_metrics = captured_log
-    trainer.fit()
+    with PeakMemoryMonitor() as memory:  # nvidia-smi: vLLM's pool too, which torch's counters miss
+        trainer.fit()
     report = {"device": torch.cuda.get_device_name(), "model_dir": args.model_dir, "steps": steps,
               "sleeps": sleeps, "config": {k: str(v) for k, v in _config_summary(config).items()},
-              "command": "python " + " ".join(sys.argv)}
+              "command": "python " + " ".join(sys.argv), "peak_memory_gib": memory.peaks_gib(),
+              "versions": {name: importlib.metadata.version(name) for name in ("torch", "vllm", "transformers")}}
     write(report, Path(args.out))
     return 0
 

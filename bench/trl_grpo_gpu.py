@@ -40,6 +40,9 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.extras import profiling  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_memory import PeakMemoryMonitor  # noqa: E402
+
 from core.reward.gsm8k import compute_score  # noqa: E402
 
 
@@ -223,7 +226,8 @@ def main() -> int:
     profiling.ProfilingContext._log_metrics = log_metrics
     trainer = GRPOTrainer(model=args.model_dir, reward_funcs=gsm8k, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[timer])
-    trainer.train()
+    with PeakMemoryMonitor() as memory:  # nvidia-smi: vLLM's pool too, which torch's counters miss
+        trainer.train()
 
     vllm = sys.modules.get("vllm")  # imported by TRL when installed
     report = {
@@ -235,6 +239,7 @@ def main() -> int:
                      "prompts_in_data": len(dataset), "prompts_dropped_over_max_prompt_len": dropped},
         "grpo_config": config.to_dict(),
         "summary": summarize(timer.steps, n_gpus=1),
+        "peak_memory_gib": memory.peaks_gib(),
         "steps": timer.steps,
         "logged": timer.logs,
     }
