@@ -54,9 +54,9 @@ def tokenizer(model_dir):
 
 @pytest.fixture(scope="module")
 def prompts(tokenizer) -> Batch:
-    rows = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
-            for q in QUESTIONS]
-    rows = [list(row["input_ids"]) if isinstance(row, dict) else list(row) for row in rows]
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+             for q in QUESTIONS]
+    rows = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     width = max(map(len, rows))
     input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(r)) + r for r in rows])  # left-padded
     attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
