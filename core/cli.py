@@ -74,6 +74,10 @@ def train(args: argparse.Namespace) -> int:
 
     # Everything the user can get wrong fails here, before an MLflow run, an output dir or a model exists.
     validate_config(config)
+    if config.rollout.name == "sglang":  # SGLang's own install and model support, before the policy loads
+        from core.rollout.sglang import preflight
+
+        preflight(config.model.path)
     trainer_cls = load_trainer_class(config.trainer.cls)
     custom_function(config.reward.custom_function)  # a reward file that fails to import
     if _rank() != 0:  # rank 0 owns the output dir and writes the checkpoints

