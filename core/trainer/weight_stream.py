@@ -38,24 +38,24 @@ class WeightGroup:
         else:
             self.group = dist.ProcessGroupGloo(prefixed, rank, size, TIMEOUT)
 
-    def send(self, weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> int:
-        """Broadcast every (name, tensor) in order, in buckets; returns the bytes sent."""
-        bucket, size, sent = [], 0, 0
+    def send(self, weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> None:
+        """Broadcast every (name, tensor) in order, in buckets of at most `bucket_bytes` (one larger tensor
+        goes alone)."""
+        bucket, size = [], 0
         for name, tensor in weights:
             nbytes = tensor.numel() * tensor.element_size()
             if bucket and size + nbytes > bucket_bytes:
                 self._send_bucket(bucket)
                 bucket, size = [], 0
             bucket.append((name, tensor))
-            size, sent = size + nbytes, sent + nbytes
+            size += nbytes
         if bucket:
             self._send_bucket(bucket)
         self._broadcast_header([])  # an empty header ends the stream
-        return sent
 
     def receive(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """(name, tensor) as the sender sent them, bucket by bucket: views into the bucket just received,
-        valid until the consumer asks for the next bucket's first tensor."""
+        """(name, tensor) as the sender sent them, bit for bit: views into the bucket each arrived in, received
+        when the consumer asks for its first tensor."""
         while header := self._broadcast_header(None):
             data = torch.empty(sum(_aligned(_nbytes(shape, dtype)) for _, shape, dtype in header), dtype=torch.uint8,
                                device=self.device)
