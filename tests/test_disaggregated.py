@@ -124,20 +124,21 @@ def test_a_killed_rollout_worker_stops_the_run_by_name_and_the_last_checkpoint_r
             if where == when and self.global_step == 2:
                 ray.kill(self.actor_rollout.rollout_workers[0])
 
-    common = ["trainer.schedule=one_step_off", "trainer.total_steps=3", "trainer.save_freq=1"]
+    common = [*DISAGGREGATED, "trainer.schedule=one_step_off", "trainer.total_steps=3", "trainer.save_freq=1"]
+    root = tmp_path / "out" / "checkpoints"
     start_ray(num_cpus=2)
     try:
-        trainer = KillTheRolloutWorkerAtStep2(tiny_run(random_model_dir, tmp_path / "out", *DISAGGREGATED, *common))
+        trainer = KillTheRolloutWorkerAtStep2(tiny_run(random_model_dir, tmp_path / "out", *common))
         with pytest.raises(WorkerDiedError, match=r"^rollout worker rank 0 of 1 died \(\w+\); the group was shut "
                                                   r"down\. The last checkpoint is intact: rerun with trainer.resume=auto"):
             trainer.fit()
         assert not trainer.actor_rollout.workers and not trainer.actor_rollout.rollout_workers, "every actor stopped"
+        assert latest_checkpoint(root) == root / "global_step_1"
+        # A fresh group loads the checkpoint on the training ranks and streams it to a fresh rollout worker.
+        resumed = GRPOTrainer(tiny_run(random_model_dir, tmp_path / "out", *common, "trainer.resume=auto"))
+        resumed.fit()
     finally:
         ray.shutdown()
-    root = tmp_path / "out" / "checkpoints"
-    assert latest_checkpoint(root) == root / "global_step_1"
-    resumed = GRPOTrainer(tiny_run(random_model_dir, tmp_path / "out", *common, "trainer.resume=auto"))  # locally
-    resumed.fit()
     assert resumed.global_step == 3 and latest_checkpoint(root) == root / "global_step_3"
 
 
