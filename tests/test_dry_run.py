@@ -101,6 +101,15 @@ def test_trainer_dry_run_key_works_like_the_flag(capsys, gsm8k_dir):
     assert "prompts/step              4" in capsys.readouterr().out
 
 
+def test_a_disaggregated_plan_puts_the_rollout_workers_on_devices_of_their_own(capsys):
+    code, out, _ = dry_run(capsys, "trainer.controller=ray", "trainer.placement=disaggregated",
+                           "trainer.n_gpus_per_node=2", "trainer.rollout_workers=3", "trainer.schedule=one_step_off")
+    assert code == 0
+    assert "1 node × 2 GPUs = 2 GPUs, one pool (global_pool) (CPU processes where there is no GPU), and 3 GPUs of the " \
+           "rollout workers' own" in out
+    assert "roles        actor+ref (colocated on 2 GPUs); rollout (on 3 GPUs)" in out
+
+
 # ---- bad inputs fail with a message that names the key ------------------------------------------
 def test_missing_ground_truth_names_the_file_row_field_and_key(capsys, gsm8k_dir, tmp_path):
     rows = gsm8k_rows()

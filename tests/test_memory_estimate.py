@@ -32,6 +32,19 @@ def test_an_8b_full_finetune_does_not_fit_one_h100():
     check_fits(estimate(config(), 8_190_735_360, 2, 139.8, with_reference=False, with_critic=False), 139.8)
 
 
+def test_a_disaggregated_engine_leaves_the_training_gpus_to_training():
+    # One 8B policy on 2 H100s: 61 GiB of training state each, which beside the engine's 27.7 GiB share does not
+    # fit; with the engine on a GPU of its own, the fullest GPU holds the 61 GiB alone.
+    disaggregated = OmegaConf.merge(config(), {"trainer": {"placement": "disaggregated"}})
+    colocated = estimate(config(), 8_190_735_360, 2, 79.2, with_reference=False, with_critic=False)
+    with pytest.raises(ValueError, match=r"≈ 61\.0 GiB of training state \+ 27\.7 GiB for the rollout engine"):
+        check_fits(colocated, 79.2)
+    found = estimate(disaggregated, 8_190_735_360, 2, 79.2, with_reference=False, with_critic=False)
+    assert found.peak_gib == pytest.approx(found.resident_gib) and found.resident_gib == pytest.approx(61.0, abs=0.05)
+    assert "61.0 GiB of training state per GPU and 27.7 GiB for the rollout engine on a GPU of its own" in found.summary()
+    check_fits(found, 79.2)
+
+
 def test_engine_share_smaller_than_its_weights_names_the_key():
     found = estimate(config(gpu_memory_utilization=0.1), 8_190_735_360, 8, 79.2, with_reference=False, with_critic=False)
     with pytest.raises(ValueError, match=r"rollout.gpu_memory_utilization gives the engine 7\.9 GiB .* need 15\.3 GiB"):

@@ -242,3 +242,16 @@ def test_load_weights_syncs_the_engine_update_into_the_rollout(model, model_conf
     # And the synced rollout's log-probs agree with the engine that made the update.
     resampled = sample(rollout, prompts, n=2, seed=1)
     assert_log_probs_agree(resampled, engine.compute_log_probs(resampled))
+
+
+def test_load_weights_takes_a_stream_of_parameters_where_a_tied_weight_comes_once(model, tokenizer):
+    # The engine's weight stream (`iter_full_weights`) yields parameters, so the tied lm_head comes only as the
+    # input embedding; a parameter missing for real is an error naming it.
+    target = HFRollout(copy.deepcopy(model), tokenizer)
+    streamed = [(name, param.detach() + 1) for name, param in model.named_parameters()]
+    assert "lm_head.weight" not in dict(streamed) and model.config.tie_word_embeddings
+    target.load_weights(iter(streamed))
+    for name, tensor in target.model.state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name] + 1), name
+    with pytest.raises(RuntimeError, match=r"missing \['model.norm.weight'\], unexpected \[\]"):
+        target.load_weights((name, t) for name, t in streamed if name != "model.norm.weight")

@@ -156,6 +156,39 @@ def test_rollout_tensor_parallel_size_must_divide_the_ranks():
               "actor.ppo_mini_batch_size=24", world=(3, "test"))
 
 
+# ---- placement: rollout engines on devices of their own ---------------------------------------------
+DISAGGREGATED = ("trainer.controller=ray", "trainer.placement=disaggregated")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.placement=disaggregated"], "trainer.controller='local' with trainer.placement=disaggregated — "
+                                          "rollout workers of their own are Ray actors; set trainer.controller=ray"),
+    ([*DISAGGREGATED, "trainer.rollout_workers=0"], "trainer.rollout_workers=0 is out of range — expected ≥ 1"),
+    ([*DISAGGREGATED, "rollout.weight_bucket_mb=0"], "rollout.weight_bucket_mb=0 is out of range — expected > 0"),
+    ([*DISAGGREGATED, "rollout.name=vllm", "rollout.tensor_model_parallel_size=2"],
+     "rollout.tensor_model_parallel_size=2 with trainer.placement=disaggregated — each rollout worker runs a "
+     "one-device engine"),
+    ([*DISAGGREGATED, "rollout.name=sglang"], "rollout.name='sglang' with trainer.placement=disaggregated — the "
+                                              "weight stream loads into hf and vllm engines"),
+    ([*DISAGGREGATED, "rollout.name=vllm", "actor.lora.rank=8", "actor.lora.sync=adapter"],
+     "actor.lora.sync='adapter' with trainer.placement=disaggregated — an adapter goes to the engine through files"),
+    (["trainer.placement=split"], "trainer.placement='split' is not one of ['colocated', 'disaggregated']"),
+    ([*DISAGGREGATED, "trainer.schedule=async", "trainer.max_staleness=-1"],
+     "trainer.max_staleness=-1 is out of range — expected ≥ 1"),
+])
+def test_what_cannot_run_disaggregated_is_refused_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        check(*overrides, world=(4, "test"))
+    assert message in str(info.value) and len(str(info.value).splitlines()) == 1
+
+
+def test_remax_runs_disaggregated_on_the_sync_schedule_only():
+    check(*DISAGGREGATED, recipe="remax")  # the greedy baseline is generated on the weights just streamed
+    with pytest.raises(ConfigError, match="algorithm.adv_estimator='remax' with trainer.schedule=one_step_off — "
+                                          "ReMax's greedy baseline must come from the weights being trained"):
+        check(*DISAGGREGATED, "trainer.schedule=one_step_off", recipe="remax")
+
+
 # ---- the zoo's losses -------------------------------------------------------------------------------
 @pytest.mark.parametrize("estimator", ["gae", "reinforce_plus_plus", "remax"])
 def test_a_sequence_level_loss_refuses_token_level_advantages(estimator):

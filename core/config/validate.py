@@ -34,6 +34,7 @@ from core.trainer.schedule import SCHEDULES
 
 ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
 CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
+PLACEMENTS = ("colocated", "disaggregated")  # trainer.placement: where the rollout engines run
 # Advantages that compare the n samples of one prompt.
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk", "gpg")
 CRITIC_ESTIMATORS = ("gae",)  # advantages that need PPO's value model
@@ -72,7 +73,7 @@ RANGES = {  # key -> the valid range, as the error states it
         "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "actor.micro_batch_tokens",
         "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
         "reward.num_workers", "algorithm.filter_groups.max_num_gen_batches", "trainer.total_steps",
-        "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness"], "≥ 1"),
+        "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers"], "≥ 1"),
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
@@ -80,7 +81,7 @@ RANGES = {  # key -> the valid range, as the error states it
         "critic.cliprange_value", "algorithm.kl_coef", "algorithm.rollout_correction.mask_low",
         "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
         "trainer.max_ckpt_to_keep", "trainer.critic_warmup", "trainer.num_threads", "trainer.seed"], "≥ 0"),
-    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "actor.lora.alpha",
+    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "actor.lora.alpha", "rollout.weight_bucket_mb",
                      "algorithm.rollout_correction.tis_cap", "algorithm.rollout_correction.mask_high"], "> 0"),
     "actor.lora.dropout": "in [0, 1)",
     **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization"], "in (0, 1]"),
@@ -112,6 +113,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_algorithm(resolved)
     check_lora(resolved)
     check_schedule(resolved)
+    check_placement(resolved)
     return resolved
 
 
@@ -151,6 +153,7 @@ def check_choices(resolved: dict) -> None:
         "rollout.name": list(ROLLOUT_PACKAGES),
         "trainer.controller": list(CONTROLLER_PACKAGES),
         "trainer.schedule": list(SCHEDULES),
+        "trainer.placement": list(PLACEMENTS),
         "algorithm.adv_estimator": ADV_ESTIMATORS.names(),
         "actor.policy_loss": POLICY_LOSSES.names(),
         "algorithm.rollout_correction.mode": [NO_CORRECTION, *ROLLOUT_CORRECTIONS.names()],
@@ -266,6 +269,30 @@ def check_schedule(resolved: dict) -> None:
         if refused:
             raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.schedule={schedule} — {why}; "
                               "run it with trainer.schedule=sync")
+
+
+def check_placement(resolved: dict) -> None:
+    """What cannot run with the rollout engines in workers of their own (`trainer.placement=disaggregated`).
+    Whether the Ray cluster has the devices is checked once connected, before any worker starts."""
+    trainer, rollout = resolved["trainer"], resolved["rollout"]
+    if trainer["placement"] == "colocated":
+        return
+    lora = resolved["actor"]["lora"]
+    refusals = {
+        "trainer.controller": (trainer["controller"] != "ray",
+                               "rollout workers of their own are Ray actors; set trainer.controller=ray"),
+        "rollout.name": (rollout["name"] == "sglang",
+                         "the weight stream loads into hf and vllm engines; use rollout.name=hf or vllm"),
+        "rollout.tensor_model_parallel_size": (rollout["tensor_model_parallel_size"] > 1,
+                                               "each rollout worker runs a one-device engine; set it to 1 and "
+                                               "raise trainer.rollout_workers"),
+        "actor.lora.sync": (lora["rank"] is not None and lora["sync"] == "adapter",
+                            "an adapter goes to the engine through files; use actor.lora.sync=merged, whose "
+                            "merged weights are streamed"),
+    }
+    for key, (refused, why) in refusals.items():
+        if refused:
+            raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.placement=disaggregated — {why}")
 
 
 def check_lora(resolved: dict) -> None:

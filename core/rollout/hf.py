@@ -6,6 +6,8 @@ dict after every update: the same weight-sync contract the vLLM and SGLang backe
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import torch
 from transformers import GenerationConfig
 
@@ -69,8 +71,15 @@ class HFRollout(RolloutBackend):
             **sampling,
         )
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(state_dict, strict=True)
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
+        """A full state dict, or (name, tensor) pairs of the parameters alone (a weight stream, as
+        `FSDPEngine.iter_full_weights` yields them), where a tied weight comes once, under its first name."""
+        state = dict(weights.items() if isinstance(weights, Mapping) else weights)
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        tied = dict(self.model.named_parameters(remove_duplicate=False)).keys() - dict(self.model.named_parameters())
+        if unexpected or set(missing) - tied:
+            raise RuntimeError(f"weight sync into the HF rollout: missing {sorted(set(missing) - tied)}, "
+                               f"unexpected {sorted(unexpected)}; the trainer and the engine hold different models")
 
 
 def _pad_right(x: torch.Tensor, width: int, value) -> torch.Tensor:

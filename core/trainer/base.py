@@ -236,8 +236,8 @@ class BaseTrainer:
         metrics = {**metrics, **self.step_metrics}
         metrics.update(data_metrics(batch, self.config.data.max_response_length))
         metrics.update(throughput_metrics(batch, self.timings["timing_s/step"]))
-        # Per device, as verl reports: a Ray driver holds the whole batch of all its workers.
-        metrics["perf/throughput"] /= getattr(self.actor_rollout, "num_workers", 1)
+        # Per device, as verl reports: a Ray driver holds the whole batch of all its workers, on every device.
+        metrics["perf/throughput"] /= getattr(self.actor_rollout, "num_devices", 1)
         metrics = all_reduce_mean(metrics, self.world.device)
         for key in SUMMED_OVER_RANKS:
             metrics[key] *= self.world.dp_size  # tp ranks of a dp group count the same rows

@@ -19,12 +19,16 @@ class Roles:
 
 def build_roles(config, world: World, model_path: str, tokenizer, *, with_reference: bool, with_critic: bool,
                 num_workers: int) -> Roles:
-    """The actor+rollout+ref role and, if `with_critic`, PPO's critic on the same devices."""
-    if config.trainer.controller == "ray":
-        from core.trainer.ray_controller import RayWorkerGroup  # imported only here: ray is optional
+    """The actor+rollout+ref role and, if `with_critic`, PPO's critic on the same devices; the rollout engines
+    on devices of their own under `trainer.placement=disaggregated`."""
+    if config.trainer.controller == "ray":  # imported only here: ray is optional
+        if config.trainer.placement == "disaggregated":
+            from core.trainer.disaggregated import DisaggregatedGroup as Group
+        else:
+            from core.trainer.ray_controller import RayWorkerGroup as Group
 
-        group = RayWorkerGroup(config, model_path, tokenizer, with_reference=with_reference, with_critic=with_critic,
-                               num_workers=num_workers)
+        group = Group(config, model_path, tokenizer, with_reference=with_reference, with_critic=with_critic,
+                      num_workers=num_workers)
         return Roles(group, group.critic)
     actor_rollout = ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)
     return Roles(actor_rollout, CriticWorker(config, world) if with_critic else None)

@@ -8,13 +8,16 @@ What stays resident on each GPU through a step (FSDP2 shards it over every rank)
 - PPO's critic: 16 bytes a parameter, like the actor;
 with `actor.cpu_offload` these live in host memory instead. The rollout engine takes
 `rollout.gpu_memory_utilization` of the device while it generates (its weights, bf16, must fit in
-that share with room for a KV cache); the HF backend holds a whole fp32 copy of the policy. Activations
+that share with room for a KV cache); the HF backend holds a whole fp32 copy of the policy. With
+`trainer.placement=disaggregated` the engine has a GPU of its own, and the training GPUs hold no engine. Activations
 come on top and depend on micro-batching, so the check leaves 10% of the device for them and for CUDA's own context.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from omegaconf import OmegaConf
 
 GIB = 1024 ** 3
 TRAINING_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW exp_avg + exp_avg_sq
@@ -31,15 +34,23 @@ class MemoryEstimate:
     resident_gib: float  # training state per GPU, held through generation too
     rollout_gib: float  # the engine's share while it generates (0 for the HF backend)
     rollout_weights_gib: float  # the engine's bf16 weights per GPU
+    colocated: bool = True  # the engine on the training GPUs (trainer.placement=colocated), else on its own
 
     @property
     def peak_gib(self) -> float:
-        return self.resident_gib + self.rollout_gib
+        """The fullest GPU's: a training GPU with its engine, or, disaggregated, whichever pool's is fuller."""
+        if self.colocated:
+            return self.resident_gib + self.rollout_gib
+        return max(self.resident_gib, self.rollout_gib)
 
     def summary(self) -> str:
-        return (f"{self.params / 1e9:.2f}B parameters over {self.ranks} GPU(s): ≈ {self.resident_gib:.1f} GiB of "
-                f"training state + {self.rollout_gib:.1f} GiB for the rollout engine = {self.peak_gib:.1f} GiB "
-                "per GPU before activations")
+        head = (f"{self.params / 1e9:.2f}B parameters over {self.ranks} GPU(s): ≈ {self.resident_gib:.1f} GiB of "
+                "training state")
+        if not self.colocated:
+            return (f"{head} per GPU and {self.rollout_gib:.1f} GiB for the rollout engine on a GPU of its own, before "
+                    "activations")
+        return (f"{head} + {self.rollout_gib:.1f} GiB for the rollout engine = {self.peak_gib:.1f} GiB per GPU before "
+                "activations")
 
 
 def count_parameters(model_path: str, trust_remote_code: bool = False, gguf_file: str | None = None) -> int:
@@ -85,7 +96,8 @@ def estimate(config, params: int, ranks: int, device_gib: float, *, with_referen
     rollout_gib = config.rollout.gpu_memory_utilization * device_gib if engine else params * 4 / GIB
     return MemoryEstimate(
         params=params, ranks=ranks, resident_gib=state_bytes / shards / GIB, rollout_gib=rollout_gib,
-        rollout_weights_gib=params * ROLLOUT_BYTES_PER_PARAM / tp / GIB if engine else 0.0)
+        rollout_weights_gib=params * ROLLOUT_BYTES_PER_PARAM / tp / GIB if engine else 0.0,
+        colocated=OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated")
 
 
 def check_fits(found: MemoryEstimate, device_gib: float) -> None:

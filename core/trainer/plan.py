@@ -35,10 +35,6 @@ def make_plan(config) -> dict:
     val_rows = check_data_schema(data_files_or_error(data, "val"), data.prompt_key, data.ground_truth_key,
                                  files_key="data.val_files")
 
-    lora = actor.lora.rank
-    roles = [f"actor (LoRA rank {lora}, {actor.lora.sync} sync)" if lora else "actor", "rollout"]
-    if actor.use_kl_loss or config.algorithm.use_kl_in_reward:
-        roles.append("ref (the actor with its adapters off)" if lora else "ref")
     seqs_per_mini = actor.ppo_mini_batch_size * rollout.n
     per_device = seqs_per_mini // world
     steps_per_epoch = sum(train_rows.values()) // data.train_batch_size
@@ -50,6 +46,9 @@ def make_plan(config) -> dict:
                      "it runs (`recipezoo doctor` prints the install command)")
     if CONTROLLER_PACKAGES[trainer.controller] and importlib.util.find_spec("ray") is None:
         notes.append("trainer.controller=ray: ray is not installed here; the driver needs it (`recipezoo doctor`)")
+    if trainer.placement == "disaggregated" and trainer.schedule == "sync":
+        notes.append("trainer.placement=disaggregated with trainer.schedule=sync: the rollout workers idle while the "
+                     "training ranks update; one_step_off or async overlaps the two")
     if trainer.controller == "local" and world > 1:
         notes.append(f"controller=local runs one rank per process: start the real run under `torchrun "
                      f"--nnodes={trainer.nnodes} --nproc_per_node={trainer.n_gpus_per_node}`")
@@ -65,7 +64,7 @@ def make_plan(config) -> dict:
         "resources": {"nnodes": trainer.nnodes, "n_gpus_per_node": trainer.n_gpus_per_node, "world_size": world,
                       "device": trainer.device,
                       "pool": {"name": "global_pool", "devices": world},
-                      "roles": ["+".join(roles)] + (["critic"] if config.algorithm.adv_estimator == "gae" else [])},
+                      "roles": placed_roles(config, world)},
         "batch": {"prompts_per_step": data.train_batch_size,
                   "sequences_per_step": data.train_batch_size * rollout.n,
                   "ppo_mini_batch_size": actor.ppo_mini_batch_size,
@@ -89,6 +88,22 @@ def make_plan(config) -> dict:
         "memory": memory_summary(config, world),
         "notes": notes,
     }
+
+
+def placed_roles(config, world: int) -> dict[str, int]:
+    """Each group of roles that share devices -> how many devices it runs on."""
+    actor, trainer = config.actor, config.trainer
+    lora = actor.lora.rank
+    roles = [f"actor (LoRA rank {lora}, {actor.lora.sync} sync)" if lora else "actor", "rollout"]
+    if actor.use_kl_loss or config.algorithm.use_kl_in_reward:
+        roles.append("ref (the actor with its adapters off)" if lora else "ref")
+    placed = {"+".join(roles): world}
+    if trainer.placement == "disaggregated":  # the rollout engines on devices of their own
+        roles.remove("rollout")
+        placed = {"+".join(roles): world, "rollout": trainer.rollout_workers}
+    if config.algorithm.adv_estimator == "gae":
+        placed["critic"] = world
+    return placed
 
 
 def memory_summary(config, world: int) -> str:
@@ -210,7 +225,9 @@ def format_plan(plan: dict) -> str:
     world = devices(res["world_size"])
     nodes = f"{res['nnodes']} node{'s' * (res['nnodes'] > 1)}"
     no_gpu = " (CPU processes where there is no GPU)" if res["device"] == "auto" else ""
-    placed = "; ".join(f"{role} ({'colocated ' * ('+' in role)}on {world})" for role in res["roles"])
+    rollout_devices = res["roles"].get("rollout")  # disaggregated: the rollout workers' own devices
+    own_rollout = f", and {devices(rollout_devices)} of the rollout workers' own" if rollout_devices else ""
+    placed = "; ".join(f"{role} ({'colocated ' * ('+' in role)}on {devices(n)})" for role, n in res["roles"].items())
     backend = "" if rollout["status"] == "available" else f"  [{rollout['status']}: see notes]"
     if steps["epochs"] is None:
         epochs = "fewer train prompts than one batch: see notes"
@@ -239,7 +256,7 @@ def format_plan(plan: dict) -> str:
         f"rollout      {rollout['name']}: n={rollout['n']} samples/prompt, temperature {rollout['temperature']}, "
         f"top_p {rollout['top_p']}{backend}",
         f"resources    {nodes} × {devices(res['n_gpus_per_node'])} = {world}, one pool "
-        f"({res['pool']['name']}){no_gpu}",
+        f"({res['pool']['name']}){no_gpu}{own_rollout}",
         f"roles        {placed}",
         "batch sizes",
         f"  prompts/step              {batch['prompts_per_step']}",

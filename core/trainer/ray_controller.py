@@ -21,6 +21,7 @@ import ray
 import torch
 from omegaconf import OmegaConf
 
+from core.config import ConfigError
 from core.data.batch import Batch
 from core.engine.distributed import init_distributed
 from core.models.loading import load_tokenizer
@@ -30,6 +31,7 @@ from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
 ACTOR, CRITIC = "actor_rollout", "critic"
 ENGINE_ATTR = {ACTOR: "actor", CRITIC: "engine"}  # each role's training engine, as checkpoints see it
+DEATH_GRACE_S = 10  # how long a failed call waits for its peers' calls, to tell a failure from a death
 
 
 class WorkerDiedError(RuntimeError):
@@ -59,7 +61,7 @@ class RankWorker:
         return ray.get_runtime_context().get_node_id()
 
     def setup(self, master: tuple[str, int], config_container: dict, model_path: str, with_reference: bool,
-              with_critic: bool) -> None:
+              with_critic: bool, with_rollout: bool) -> None:
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
                           MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
         config = OmegaConf.create(config_container)
@@ -67,7 +69,8 @@ class RankWorker:
         world = init_distributed(config.trainer.device)
         seed_everything(config.trainer.seed)  # every rank builds identical weights, as under torchrun
         tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
-        self.roles = {ACTOR: ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference)}
+        self.roles = {ACTOR: ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference,
+                                                   with_rollout=with_rollout)}
         if with_critic:
             self.roles[CRITIC] = CriticWorker(config, world)
 
@@ -85,30 +88,34 @@ class RankWorker:
 
 class RayWorkerGroup:
     """`ActorRolloutRefWorker`'s interface over `num_workers` Ray actors (one per GPU, or per CPU slot);
-    `critic`: `CriticWorker`'s interface over the same actors, or None when the recipe has no critic."""
+    `critic`: `CriticWorker`'s interface over the same actors, or None when the recipe has no critic.
+    `with_rollout=False`: the actors hold no rollout engine (`DisaggregatedGroup` runs them elsewhere)."""
 
     def __init__(self, config, model_path: str, tokenizer, *, with_reference: bool, with_critic: bool,
-                 num_workers: int):
+                 num_workers: int, with_rollout: bool = True):
         connect_ray()
         self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
-        gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
+        self.sizes = {ACTOR: num_workers, CRITIC: num_workers}  # workers per role, as errors count them
+        self.death: str | None = None  # what stopped the group, once a worker died
+        self.gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
+        check_cluster_fits(config, num_workers, self.gpus)
         # Off-policy schedules generate beside the training calls: a second thread in each actor lets the
         # rollout engine (its own copy of the weights) run while the update does; the driver never sends two
         # training calls, or two generations, at once, and syncs weights only once generation has finished.
-        threads = 1 if config.trainer.schedule == "sync" else 2
-        self.workers = [RankWorker.options(num_cpus=1, num_gpus=gpus, max_concurrency=threads).remote(rank, num_workers)
-                        for rank in range(num_workers)]
+        threads = 2 if with_rollout and config.trainer.schedule != "sync" else 1
+        self.workers = [RankWorker.options(num_cpus=1, num_gpus=self.gpus, max_concurrency=threads).remote(
+            rank, num_workers) for rank in range(num_workers)]
         master = self._gather(ACTOR, [self.workers[0].address.remote()])[0]
         container = OmegaConf.to_container(config, resolve=True)
-        self._gather(ACTOR, [w.setup.remote(master, container, model_path, with_reference, with_critic)
+        self._gather(ACTOR, [w.setup.remote(master, container, model_path, with_reference, with_critic, with_rollout)
                              for w in self.workers])
         self.actor = RemoteEngine(self, ACTOR)
         self.critic = RayCritic(self) if with_critic else None
 
     # ---- the worker interface ---------------------------------------------------------------
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
-        parts = _contiguous_parts(prompts, self.num_workers)
-        refs = [worker.call.remote(ACTOR, "generate", part, _rank_seeded(params, rank))
+        parts = contiguous_parts(prompts, self.num_workers)
+        refs = [worker.call.remote(ACTOR, "generate", part, rank_seeded(params, rank))
                 for rank, (worker, part) in enumerate(zip(self.live_workers(ACTOR), parts)) if len(part)]
         return concat_rollouts(self._gather(ACTOR, refs), self.pad_token_id)
 
@@ -123,6 +130,11 @@ class RayWorkerGroup:
 
     def sync_weights(self) -> None:
         self.run_all(ACTOR, "call", "sync_weights")
+
+    @property
+    def num_devices(self) -> int:
+        """The GPUs (or CPU slots) the run holds: what `perf/throughput` is per."""
+        return self.num_workers
 
     def close(self) -> None:
         for worker in self.workers:
@@ -143,25 +155,43 @@ class RayWorkerGroup:
         """The workers, or the error of a group already shut down: under `trainer.schedule=one_step_off`
         the background rollout and the training step both call the group, and either may see a death first."""
         if not self.workers:
-            raise WorkerDiedError(f"{role}: the worker group was shut down after a worker died. The last checkpoint "
-                                  "is intact: rerun with trainer.resume=auto")
+            raise WorkerDiedError(self.death or f"{role}: the worker group was shut down")
         return self.workers
 
     def _gather(self, role: str, refs: list) -> list:
-        """Results in order; a dead worker stops the whole group at once (its peers would wait forever
-        in a collective) and raises an error naming the role it was running and its rank."""
-        pending, results = list(refs), {}
+        return self.gather_roles({role: refs})[role]
+
+    def gather_roles(self, refs: dict[str, list]) -> dict[str, list]:
+        """Each role's results in rank order, from calls waited on together. A dead worker stops the whole
+        group at once (its peers would wait forever in a collective) and raises an error naming its role
+        and rank. A worker that dies inside a collective fails its peers' calls first (gloo: "connection
+        closed by peer"), so a failed call gives the others a moment to report a death, named instead."""
+        labels = {ref: (role, rank) for role, role_refs in refs.items() for rank, ref in enumerate(role_refs)}
+        pending, results = list(labels), {}
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             try:
                 results[ready[0]] = ray.get(ready[0])
             except ray.exceptions.RayActorError as error:
-                rank = refs.index(ready[0])
-                self.close()
-                raise WorkerDiedError(f"{role} worker rank {rank} of {self.num_workers} died ({type(error).__name__}); "
-                                      "the group was shut down. The last checkpoint is intact: rerun with "
-                                      "trainer.resume=auto") from error
-        return [results[ref] for ref in refs]
+                raise self._died(*labels[ready[0]], error) from error
+            except ray.exceptions.RayTaskError:
+                for ref in ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)[0]:
+                    try:
+                        ray.get(ref)
+                    except ray.exceptions.RayActorError as error:
+                        raise self._died(*labels[ref], error) from error
+                    except ray.exceptions.RayTaskError:
+                        continue  # another failed peer: the first failure is the one reported
+                raise
+        return {role: [results[ref] for ref in role_refs] for role, role_refs in refs.items()}
+
+    def _died(self, role: str, rank: int, error: Exception) -> WorkerDiedError:
+        """The first death seen shuts the group down; later ones are the shutdown's own kills."""
+        if self.death is None:
+            self.death = (f"{role} worker rank {rank} of {self.sizes[role]} died ({type(error).__name__}); the "
+                          "group was shut down. The last checkpoint is intact: rerun with trainer.resume=auto")
+            self.close()
+        return WorkerDiedError(self.death)
 
 
 class RayCritic:
@@ -197,13 +227,28 @@ class RemoteEngine:
         return self.group.run_all(self.role, "engine_call", "full_state_dict")[0]
 
 
-def _contiguous_parts(batch: Batch, n: int) -> list[Batch]:
+def check_cluster_fits(config, num_workers: int, gpus: int) -> None:
+    """Fail before any actor starts when the workers cannot all be placed: Ray would wait for them forever.
+    Every worker takes one GPU (or one CPU slot on a CPU-only cluster); disaggregated rollout workers add theirs."""
+    resource, unit = ("GPU", "GPUs") if gpus else ("CPU", "CPU slots")
+    have = int(ray.cluster_resources().get(resource, 0))
+    trainer = config.trainer
+    need = f"trainer.nnodes × trainer.n_gpus_per_node = {num_workers} training ranks"
+    wanted = num_workers
+    if trainer.placement == "disaggregated":
+        need, wanted = f"{need} + trainer.rollout_workers={trainer.rollout_workers}", wanted + trainer.rollout_workers
+    if wanted > have:
+        raise ConfigError(f"{need} need {wanted} {unit}, and the Ray cluster has {have} — lower them, or add nodes "
+                          "to the cluster (ray start --address=HEAD_IP:6379)")
+
+
+def contiguous_parts(batch: Batch, n: int) -> list[Batch]:
     """n contiguous parts as equal as possible (validation batches need not divide evenly)."""
     sizes = [len(batch) // n + (rank < len(batch) % n) for rank in range(n)]
     starts = [sum(sizes[:rank]) for rank in range(n)]
     return [batch.select(slice(start, start + size)) for start, size in zip(starts, sizes)]
 
 
-def _rank_seeded(params: SamplingParams, rank: int) -> SamplingParams:
+def rank_seeded(params: SamplingParams, rank: int) -> SamplingParams:
     """Rank r samples with seed + r, exactly as rank r does under torchrun."""
     return params if params.seed is None else dataclasses.replace(params, seed=params.seed + rank)

@@ -19,7 +19,8 @@ for that generation to end, since an engine's weights must not change mid-genera
 controller's rollout keeps its own copy of the weights, so both really run at once, sharing the
 machine's cores or GPU. Under the Ray controller each worker holds both roles and runs two calls at once
 under this schedule (a generation beside a training call), so there too both run at once, on each
-worker's devices.
+worker's devices; with `trainer.placement=disaggregated` the generation runs on rollout workers of their
+own instead, on devices the training ranks do not share (core/trainer/disaggregated.py).
 
 Every rollout row carries `policy_version`, the number of weight syncs before it was generated, and
 every step logs its staleness (`rollout_corr/staleness/*`) against the weights it trains from.

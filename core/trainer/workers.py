@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -25,10 +26,15 @@ from core.models.lora import LoraSpec, write_adapter_dir
 from core.models.random_init import build_causal_lm, build_value_model
 from core.rollout.base import RolloutBackend, SamplingParams
 from core.rollout.hf import HFRollout
+from core.trainer.weight_stream import WeightGroup
 
 
 class ActorRolloutRefWorker:
-    def __init__(self, config, world: World, model_path: str, tokenizer, *, with_reference: bool):
+    """`with_rollout=False` (`trainer.placement=disaggregated`): no rollout engine here; the engines run in
+    rollout workers of their own, and rank 0 streams them the weights (`join_weight_group`, `send_weights`)."""
+
+    def __init__(self, config, world: World, model_path: str, tokenizer, *, with_reference: bool,
+                 with_rollout: bool = True):
         self.config, self.world, self.tokenizer = config, world, tokenizer
         self.with_reference = with_reference
         actor = config.actor
@@ -46,10 +52,13 @@ class ActorRolloutRefWorker:
         self.ref = None
         if with_reference and self.lora is None:  # with LoRA the reference is the actor's own frozen base
             self.ref = FSDPEngine(self._load(model_path), world, **batching)
-        self.rollout = build_rollout(config, model_path, tokenizer, lambda: self._load(model_path).to(world.device))
+        self.rollout = None
+        if with_rollout:
+            self.rollout = build_rollout(config, model_path, tokenizer, lambda: self._load(model_path).to(world.device))
         self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
         self._adapter_dir, self._base_in_rollout = None, False
-        if config.model.init == "random" and config.rollout.name != "hf":
+        self.weight_group: WeightGroup | None = None  # rank 0 under trainer.placement=disaggregated
+        if with_rollout and config.model.init == "random" and config.rollout.name != "hf":
             self.sync_weights()  # the engine started from its own dummy weights
 
     def _load(self, model_path: str) -> torch.nn.Module:
@@ -100,12 +109,26 @@ class ActorRolloutRefWorker:
         if previous is not None:
             shutil.rmtree(previous, ignore_errors=True)
 
+    def join_weight_group(self, address: tuple[str, int], size: int) -> None:
+        """Rank 0: become the sender (rank 0) of the group that streams weights to the rollout workers."""
+        self.weight_group = WeightGroup(address, 0, size, self.world.device)
+
+    def send_weights(self) -> None:
+        """The trained policy to the rollout workers. Every rank gathers the full weights one tensor at a
+        time (a collective); rank 0 streams them out in buckets of `rollout.weight_bucket_mb`."""
+        weights = self.actor.iter_full_weights(rollout_weight_dtype(self.config, self.world.device),
+                                               self.world.device)
+        if self.weight_group is None:
+            deque(weights, maxlen=0)  # the other ranks take part in the gather only
+        else:
+            self.weight_group.send(weights, int(self.config.rollout.weight_bucket_mb * 2**20))
+
     def close(self) -> None:
         if self._adapter_dir is not None:
             shutil.rmtree(self._adapter_dir, ignore_errors=True)
 
     def _load_full_weights(self, adapters: bool) -> None:
-        if self.config.rollout.name in ("vllm", "sglang") and self.world.device.type == "cuda":
+        if rollout_weight_dtype(self.config, self.world.device) == torch.bfloat16:
             # Device to device, one bf16 tensor at a time: no host round trip, no second model copy.
             self.rollout.load_weights(self.actor.iter_full_weights(torch.bfloat16, self.world.device, adapters))
         else:
@@ -174,6 +197,12 @@ def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutB
         return SGLangRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
                              max_model_len=max_model_len, dummy_weights=config.model.init == "random")
     raise ValueError(f"rollout.name={rollout.name!r}: expected one of ['hf', 'vllm', 'sglang']")
+
+
+def rollout_weight_dtype(config, device: torch.device) -> torch.dtype:
+    """What a weight sync hands the engine: bf16 to vLLM or SGLang on a GPU (their serving dtype), else the
+    trainer's fp32."""
+    return torch.bfloat16 if config.rollout.name in ("vllm", "sglang") and device.type == "cuda" else torch.float32
 
 
 def adapter_sync_dir() -> Path:
