@@ -13,7 +13,7 @@ import pytest
 
 from core.tracking.before_after import build_before_after, render_before_after, training_reward
 from core.tracking.leaderboard import build_leaderboard, render_json, render_markdown, write_leaderboard
-from core.tracking.recipe_readmes import BLOCK, render_block, update_recipe_readmes
+from core.tracking.recipe_readmes import BLOCK, TINY_BLOCK, render_block, render_tiny_block, update_recipe_readmes
 from core.tracking.run_export import LeaderboardError, load_export, merge_exports
 from core.tracking.seed_stats import SeedStats, t_quantile_95
 
@@ -277,6 +277,33 @@ def test_committed_recipe_readmes_show_the_committed_rows():
     shown = " ".join(sources)
     for readme, match in blocks:
         assert match.group("body") == render_block(section, match.group("recipes").split(), shown), readme
+
+
+def test_committed_recipe_readmes_show_their_tiny_rows():
+    sources = json.loads((REPO / "results" / "leaderboard.json").read_text())["source"].split()
+    board = build_leaderboard(merge_exports([load_export(REPO / path) for path in sources]))
+    blocks = [(readme, match) for readme in sorted((REPO / "recipes").glob("*/README.md"))
+              for match in TINY_BLOCK.finditer(readme.read_text())]
+    shown = [recipe for _, match in blocks for recipe in match.group("recipes").split()]
+    assert sorted(shown) == sorted(row.recipe for row in board.rows)  # every tiny row is in one README
+    for readme, match in blocks:
+        expected = render_tiny_block(board.rows, board.tasks, match.group("recipes").split(), " ".join(sources))
+        assert match.group("body") == expected, readme
+
+
+def test_tiny_block_shows_mean_std_start_and_the_rerun():
+    def run(seed, start, final):
+        params = {"data.val_files": "embedded://arithmetic", "data.val_max_samples": "256", "rollout.val_n": "1",
+                  "rollout.val_temperature": "0.0", "rollout.top_p": "1.0"}
+        return {"run_id": f"r{seed}", "recipe": "grpo", "model": "embedded://tiny-arith", "seed": seed, "steps": 100,
+                "wall_seconds": 1.0, "generated_tokens": 10, "params": params, "tags": {},
+                "final": {"val/arithmetic/acc": final}, "history": {"val/arithmetic/acc": [[0, start], [100, final]]}}
+    board = build_leaderboard({"runs": [run(0, 0.60, 0.80), run(1, 0.62, 0.90)], "experiment": "x", "schema": 1})
+    text = render_tiny_block(board.rows, board.tasks, ["grpo"], "results/runs.json")
+    # mean 0.85, std (ddof=1) of 0.80 and 0.90 = 0.0707; start mean 0.61
+    assert "| grpo | 0.850 ± 0.071 (2) | 0.610 | 2 | 100 |" in text
+    assert "`python bench/tiny_baselines.py --variants grpo --seeds 0 1 2 --steps 100 --test-freq 20`" in text
+    assert render_tiny_block(board.rows, board.tasks, ["ppo"], "x").startswith("No tiny-task runs of `ppo`")
 
 
 def test_committed_gsm8k_export_makes_the_section_and_its_plot():

@@ -12,7 +12,8 @@ Outputs (all deterministic: the same export gives byte-identical files):
 Exports with `evals` add a section per pretrained model (before_after.py: before -> after RL, mean,
 std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/curves.png; the training runs
 it shows appear only there, not in the tiny-task table. Written into the repository's own results/,
-the leaderboard also rewrites each recipe README's generated block (`<!-- BEGIN gsm8k-leaderboard ...`).
+the leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
+`<!-- BEGIN tiny-leaderboard ...`).
 """
 
 from __future__ import annotations
@@ -366,6 +367,7 @@ def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path
     if board.before_after is not None and board.before_after.rows:
         written.append(plot_pretrained_curves(board.before_after, out / PRETRAINED_PLOT))
     if out.resolve() == REPO_RESULTS:  # the committed leaderboard: the recipe READMEs show their rows too
-        changed = update_recipe_readmes(board.before_after, REPO_RESULTS.parent / "recipes", source)
+        changed = update_recipe_readmes(board.before_after, REPO_RESULTS.parent / "recipes", source,
+                                        board.rows, board.tasks)
         written += [Path(_display(path)) for path in changed]
     return written

@@ -1,6 +1,7 @@
-"""Each recipe README's own rows of the pretrained-model section, rewritten by `recipezoo leaderboard`.
+"""Each recipe README's own leaderboard rows, rewritten by `recipezoo leaderboard`.
 
-A README holds one generated block per recipe group, between markers that name the recipes it shows:
+A README holds generated blocks between markers that name the recipes they show: its rows of the
+pretrained-model section (`gsm8k-leaderboard`) and of the tiny-task table (`tiny-leaderboard`):
 
     <!-- BEGIN gsm8k-leaderboard: grpo drgrpo reinforce_pp -->
     ...generated...
@@ -20,7 +21,10 @@ from core.tracking.before_after import BeforeAfter, _md, before_after_cell, row_
 
 BLOCK = re.compile(r"(<!-- BEGIN gsm8k-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                    r"(<!-- END gsm8k-leaderboard -->)", re.S)
+TINY_BLOCK = re.compile(r"(<!-- BEGIN tiny-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
+                        r"(<!-- END tiny-leaderboard -->)", re.S)
 DRIVER = "bash bench/gsm8k_leaderboard.sh"
+TINY_DRIVER = "python bench/tiny_baselines.py"
 
 
 def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -> str:
@@ -48,13 +52,39 @@ def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -
     return "\n".join(lines) + "\n"
 
 
-def update_recipe_readmes(section: BeforeAfter | None, recipes_dir: Path, source: str) -> list[Path]:
+def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: str) -> str:
+    """The named recipes' rows of the tiny-task table (`core.tracking.leaderboard.Row`s) and their rerun command."""
+    rows = [row for row in rows if row.recipe in recipes]
+    if not rows or not tasks:
+        return (f"No tiny-task runs of {', '.join(f'`{r}`' for r in recipes)} in the committed export yet; "
+                f"`{TINY_DRIVER} --variants {' '.join(recipes)} --seeds 0 1 2` makes them.\n")
+    steps = Counter(row.steps_text() for row in rows).most_common(1)[0][0]
+    header = ["recipe", *[f"{task} acc{suffix}" for task in tasks for suffix in ("", " at step 0")], "seeds", "steps"]
+    lines = [f"The tiny task: the rows of `results/leaderboard.md`, generated from `{source}` by `recipezoo leaderboard` "
+             "(do not edit; the protocol and the other recipes are there). Each cell is mean ± std (n seeds) of the "
+             "final held-out accuracy; *at step 0* is where the warm-started model began.", "",
+             "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for row in rows:
+        cells = [row.recipe]
+        for task in tasks:
+            start = row.start_acc(task)
+            cells += [row.cells[task].text() if task in row.cells else "—", "—" if start is None else f"{start:.3f}"]
+        lines.append("| " + " | ".join(_md(cell) for cell in [*cells, row.seeds, row.steps_text()]) + " |")
+    rerun = f"{TINY_DRIVER} --variants {' '.join(row.recipe for row in rows)} --seeds 0 1 2 --steps {steps} --test-freq 20"
+    lines += ["", f"Rerun: `{rerun}`, then `recipezoo leaderboard` (`results/README.md`)."]
+    return "\n".join(lines) + "\n"
+
+
+def update_recipe_readmes(section: BeforeAfter | None, recipes_dir: Path, source: str, tiny_rows: list = (),
+                          tiny_tasks: list[str] = ()) -> list[Path]:
     """Rewrite every generated block under `recipes_dir/*/README.md`; returns the READMEs that changed."""
     changed = []
     for readme in sorted(Path(recipes_dir).glob("*/README.md")):
         text = readme.read_text(encoding="utf-8")
         updated = BLOCK.sub(lambda m: m.group(1) + render_block(section, m.group("recipes").split(), source) + m.group(4),
                             text)
+        updated = TINY_BLOCK.sub(lambda m: m.group(1) + render_tiny_block(
+            list(tiny_rows), list(tiny_tasks), m.group("recipes").split(), source) + m.group(4), updated)
         if updated != text:
             readme.write_text(updated, encoding="utf-8")
             changed.append(readme)
