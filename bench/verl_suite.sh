@@ -47,7 +47,7 @@ VERL_PY=${VERL_PY:-$(venv verl)} || { echo "could not make verl's environment" >
 with() { PATH="$(dirname "$1"):$PATH" "${@:2}"; }  # with PYTHON CMD...: CMD with that env's python3 first
 
 source bench/gpu_inputs.sh  # random_model, gsm8k_train512: made once under BENCH_WORK, as perf_e2e_suite.sh does
-OUT="$BENCH_WORK/verl_suite"
+SUITE_DIR="$BENCH_WORK/verl_suite"
 
 grpo_shape() {  # one GPU: ours, TRL, ours on verl's vLLM, verl; the same prompts and random model for all
     export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
@@ -55,19 +55,19 @@ grpo_shape() {  # one GPU: ours, TRL, ours on verl's vLLM, verl; the same prompt
     with "$VERL_PY" env E2E_STEPS="$STEPS" E2E_LOGS="$BENCH_WORK" E2E_RUNS=ours E2E_OURS_NAME=e2e_ours_vllm024 \
         bash bench/perf_e2e_suite.sh
     "$VERL_PY" bench/verl_grpo_gpu.py --shape grpo --model-dir "$(with "$OURS_PY" random_model qwen3-0.6b)" \
-        --data "$(with "$OURS_PY" gsm8k_train512)" --steps "$STEPS" --timeout-s "$TIMEOUT" --out "$OUT/grpo"
-    cp "$OUT/grpo/verl.json" results/perf/e2e_verl.json  # written with verl's error when it failed
+        --data "$(with "$OURS_PY" gsm8k_train512)" --steps "$STEPS" --timeout-s "$TIMEOUT" --out "$SUITE_DIR/grpo"
+    cp "$SUITE_DIR/grpo/verl.json" results/perf/e2e_verl.json  # written with verl's error when it failed
 }
 
 dapo8b_shape() {  # two GPUs: our DAPO launcher as bench/scale_suite.py runs it, then verl's on the same data
     export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0,1}
     with "$OURS_PY" bash bench/scale_suite.sh --recipes dapo --controllers torchrun --gpus 2 --steps "$STEPS" \
-        --no-raw-vllm --data "$BENCH_WORK/gsm8k_splits" --work "$OUT/scale" --out "$OUT/scale" \
-        && cp "$OUT/scale/dapo_qwen3-8b_2gpu_torchrun.json" results/perf/dapo8b_ours.json \
-        || echo "ours (dapo8b) failed: see $OUT/scale/logs" >&2
+        --no-raw-vllm --data "$BENCH_WORK/gsm8k_splits" --work "$SUITE_DIR/scale" --out "$SUITE_DIR/scale" \
+        && cp "$SUITE_DIR/scale/dapo_qwen3-8b_2gpu_torchrun.json" results/perf/dapo8b_ours.json \
+        || echo "ours (dapo8b) failed: see $SUITE_DIR/scale/logs" >&2
     "$VERL_PY" bench/verl_grpo_gpu.py --shape dapo8b --model-dir "$(with "$OURS_PY" random_model qwen3-8b)" \
-        --data "$BENCH_WORK/gsm8k_splits/train.parquet" --steps "$STEPS" --timeout-s "$TIMEOUT" --out "$OUT/dapo8b"
-    cp "$OUT/dapo8b/verl.json" results/perf/dapo8b_verl.json
+        --data "$BENCH_WORK/gsm8k_splits/train.parquet" --steps "$STEPS" --timeout-s "$TIMEOUT" --out "$SUITE_DIR/dapo8b"
+    cp "$SUITE_DIR/dapo8b/verl.json" results/perf/dapo8b_verl.json
 }
 
 if [[ $SHAPES == *" grpo "* ]]; then
