@@ -223,7 +223,7 @@ def render_readme(invocations: list[dict]) -> str:
         versions = invocations[0].get("versions") or {}
         lines.append("- Versions: " + ", ".join(f"{key} {value}" for key, value in versions.items()) + ".")
     lines += ["", "## Invocations", "", "Runs in the table: no for an invocation kept for its timings only (another "
-              "budget), whose runs are not in `runs.json`.", "",
+              "budget, or settings that change the speed), whose runs are not in `runs.json`.", "",
               "| started | command | devices | jobs per GPU | wall time | jobs | runs in the table |",
               "|---|---|---|---:|---:|---|---|"]
     for record in invocations:

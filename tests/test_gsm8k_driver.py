@@ -390,7 +390,8 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     timing.mkdir(parents=True)
     (record_path,) = (out / "invocations").glob("*.json")
     record = json.loads(record_path.read_text())
-    (timing / "20000101-000000.json").write_text(json.dumps({**record, "runs_per_gpu": 6}))
+    timing_jobs = [{**job, "run_id": f"timing-{job['run_id']}"} for job in record["jobs"]]  # its own runs
+    (timing / "20000101-000000.json").write_text(json.dumps({**record, "runs_per_gpu": 6, "jobs": timing_jobs}))
     assert report.merge_outputs([out], results, [timing.parent]) == 0
     assert [entry["run_id"] for entry in load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"]] == [
         run["run_id"]]
