@@ -115,7 +115,8 @@ def plan_one(args, recipe: str, controller: str, gpus: int, full: bool, model: P
     memory = memory_by_device(config, model, planned["plan"]["resources"]["world_size"])
     return {"name": name, "recipe": recipe, "gpus": gpus, "controller": controller,
             "settings": "script" if full else "scaled", "commit": git_commit(),
-            "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
+            # Run from the repository root, as the script itself is: paths inside it shown relative to it.
+            "command": f"NGPUS={gpus} DATA={data} " + " ".join(command).replace(f"{ROOT}/", ""),
             "plan": {key: planned["plan"][key] for key in ("resources", "rollout", "batch", "lengths", "memory", "notes")},
             "memory_per_gpu": memory, "findings": findings(config, planned["plan"], memory), "plan_text": text}
 
