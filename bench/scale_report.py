@@ -1,4 +1,5 @@
-"""results/scale/README.md and scale.png from the results/scale/*.json that bench/scale_suite.sh wrote.
+"""results/scale/README.md and scale.png from the results/scale/*.json that bench/scale_suite.sh wrote,
+the plans bench/scale_plan.py wrote (plan_*.json) and the verl numbers bench/verl_published_8gpu.json cites.
 
     python bench/scale_report.py [--dir results/scale]
 """
@@ -7,10 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGE_ORDER = ("gen", "old_log_prob", "values", "adv", "update_critic", "update_actor", "sync_weights")
+PUBLISHED = ROOT / "bench/verl_published_8gpu.json"
+DEVICES = ("H100 80GB", "H200 141GB")  # the plan's devices, in bench/scale_plan.py's order
+SCALING_TARGET = 0.85  # tokens/s per GPU at 8 GPUs over at 2
 
 
 def _fmt(value, spec: str = ".1f") -> str:
@@ -18,12 +23,13 @@ def _fmt(value, spec: str = ".1f") -> str:
 
 
 def table(results: list[dict]) -> list[str]:
-    lines = ["| recipe | GPUs | controller | step s | gen s | update s | sync s | gen tok/s/GPU | vs raw vLLM | "
-             "trained tok/s/GPU | update MFU | peak GiB per GPU |", "|" + "---|" * 12]
+    lines = ["| recipe | GPUs | controller | settings | step s | gen s | update s | sync s | gen tok/s/GPU | "
+             "vs raw vLLM | trained tok/s/GPU | update MFU | peak GiB per GPU |", "|" + "---|" * 13]
     for r in results:
         stages = r["stages_s"]
         lines.append(
-            f"| {r['recipe']} | {r['gpus']} | {r['controller']} | {_fmt(r['median_step_s'])} | "
+            f"| {r['recipe']} | {r['gpus']} | {r['controller']} | {r.get('settings', 'scaled')} | "
+            f"{_fmt(r['median_step_s'])} | "
             f"{_fmt(stages.get('gen'))} | {_fmt(stages.get('update_actor'))} | {_fmt(stages.get('sync_weights'))} | "
             f"{_fmt(r['generated_tokens_per_s_per_gpu'], '.0f')} | {_fmt(r.get('gen_vs_raw_vllm'), '.0%')} | "
             f"{_fmt(r['trained_tokens_per_s_per_gpu'], '.0f')} | {_fmt(r['update_mfu'], '.1%')} | "
@@ -51,12 +57,111 @@ def plot(results: list[dict], out: Path) -> None:
     fig.savefig(out, dpi=120)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=str(ROOT / "results/scale"))
-    folder = Path(parser.parse_args().dir)
-    results = sorted((json.loads(p.read_text()) for p in folder.glob("*_*gpu_*.json")),
+def scaling(results: list[dict]) -> list[str]:
+    """Tokens/s per GPU at 8 GPUs over at 2, per recipe and controller, where both were run."""
+    runs = {(r["recipe"], r["controller"], r["gpus"]): r for r in results}
+    pairs = [(recipe, controller) for recipe, controller, gpus in sorted(runs) if gpus == 8
+             and (recipe, controller, 2) in runs]
+    if not pairs:
+        return []
+    lines = ["", f"Scaling from 2 to 8 GPUs: tokens/s per GPU at 8 ÷ at 2 (target ≥ {SCALING_TARGET:.0%}).", "",
+             "| recipe | controller | generated tok/s/GPU | trained tok/s/GPU |", "|---|---|---|---|"]
+    for recipe, controller in pairs:
+        two, eight = runs[recipe, controller, 2], runs[recipe, controller, 8]
+        cells = [_ratio(eight[key], two[key]) for key in ("generated_tokens_per_s_per_gpu", "trained_tokens_per_s_per_gpu")]
+        lines.append(f"| {recipe} | {controller} | {cells[0]} | {cells[1]} |")
+    return lines
+
+
+def _ratio(top: float | None, bottom: float | None) -> str:
+    return "–" if not top or not bottom else f"{top:.0f} ÷ {bottom:.0f} = {top / bottom:.0%}"
+
+
+def plan_section(plans: list[dict]) -> list[str]:
+    lines = ["## The plan without a GPU: each script's dry run and its memory per GPU", "",
+             "From the plan_*.json files beside this README, which `python bench/scale_plan.py` wrote (no GPU): "
+             "each run_qwen3_8b.sh's own `--dry-run` with the suite's overrides, under torchrun and under Ray. "
+             "At 2 GPUs the settings are the suite's default (the script's batch cut to PROMPTS_PER_GPU prompts per "
+             "GPU, `rollout.gpu_memory_utilization=0.35`); at 8 GPUs they are the script's own "
+             "(`bash bench/scale_suite.sh --full`). Memory per GPU is arithmetic (`per_gpu_memory` in "
+             "core/trainer/memory_estimate.py): FSDP2 shards the fp32 weights, gradients, AdamW moments and "
+             "reference over the GPUs; the update also holds the copies FSDP2 gathers (its root unit, two layers, "
+             "their gradients, the LM head's fp32 gradient) and one micro-batch's activations at full length, with "
+             "the scripts' gradient checkpointing; generation holds the state without gradients plus vLLM's "
+             "share (`gpu_memory_utilization` of the GPU: its bf16 weights, then the KV cache). GB = 10⁹ bytes; "
+             "GPUs as named: H100 80 GB, H200 141 GB. Not counted: CUDA's context, NCCL buffers, fragmentation. "
+             "Arithmetic, not a measurement: the measured peaks above are what count.", "",
+             "| recipe | GPUs | controller | settings | prompts × n | sequences per GPU per mini-batch | micro-batch | "
+             "fp32 weights | grads | AdamW | reference | gathered | activations | training peak | engine share "
+             "(80 / 141) | generation peak (80 / 141) | peak of 80 GB | peak of 141 GB |", "|" + "---|" * 18]
+    return lines + [plan_row(p) for p in plans] + ["", "What the arithmetic says (the same under both controllers):",
+                                                    ""] + plan_findings(plans)
+
+
+def plan_row(p: dict) -> str:
+    batch, memory = p["plan"]["batch"], p["memory_per_gpu"]
+    first = memory[DEVICES[0]]  # the sharded state, gathered copies and activations do not depend on the GPU
+    state = first["state_gb"]
+    return (f"| {p['recipe']} | {p['gpus']} | {p['controller']} | {p['settings']} | {batch['prompts_per_step']} × "
+            f"{p['plan']['rollout']['n']} | {batch['sequences_per_mini_batch_per_device']} | "
+            f"{batch['micro_batch_size']} × {batch['grad_accumulation_steps']} | {_fmt(state['weights'])} | "
+            f"{_fmt(state['grads'])} | {_fmt(state['optimizer'])} | {_fmt(state['reference'])} | "
+            f"{_fmt(sum(first['gathered_gb'].values()))} | {_fmt(sum(first['activations_gb'].values()))} | "
+            f"{_fmt(first['training_peak_gb'])} | {_per_device(memory, 'rollout_gb', 'share')} | "
+            f"{_per_device(memory, 'generation_peak_gb')} | " + " | ".join(_verdict(memory[d]) for d in DEVICES) + " |")
+
+
+def _per_device(memory: dict, key: str, part: str | None = None) -> str:
+    return " / ".join(_fmt(memory[d][key][part] if part else memory[d][key]) for d in DEVICES)
+
+
+def _verdict(memory: dict) -> str:
+    return f"{memory['peak_fraction']:.0%} ({'fits' if memory['fits'] else 'over'} ≤ 95%)"
+
+
+def plan_findings(plans: list[dict]) -> list[str]:
+    seen: dict[tuple, list[str]] = {}
+    for p in plans:
+        for finding in p["findings"]:
+            seen.setdefault((p["recipe"], p["gpus"], p["settings"], finding), []).append(p["controller"])
+    if not seen:
+        return ["- nothing: every setting fits and divides."]
+    return [f"- {recipe}, {gpus} GPUs ({settings} settings): {finding}." for recipe, gpus, settings, finding in seen]
+
+
+def verl_section(published: dict, results: list[dict]) -> list[str]:
+    lines = ["## Published verl numbers beside our 8-GPU rows (citations)", "",
+             "From bench/verl_published_8gpu.json: numbers as verl published them, not measured here; the medians "
+             "over the listed steps after step 1 are computed here, as ours are.", ""]
+    for entry in published["entries"]:
+        lines += verl_entry(entry, [r for r in results if r["gpus"] == 8 and r["recipe"] == entry["compare_with_recipe"]])
+    return lines + ["Not found:", ""] + [f"- {item}" for item in published["not_found"]]
+
+
+def verl_entry(entry: dict, ours: list[dict]) -> list[str]:
+    steps = [s for s in entry["published"]["steps"] if s["step"] >= 2]
+    medians = [_fmt(statistics.median(s[key] for s in steps), spec) for key, spec in (
+        ("timing_s/step", ".1f"), ("timing_s/gen", ".1f"), ("timing_s/update_actor", ".1f"), ("perf/throughput", ".0f"))]
+    lines = [f"**[{entry['title']}]({entry['source_url']})**, {entry['date']}. Model: {entry['model']}. "
+             f"Hardware: {entry['hardware']}. "
+             + " ".join(f"{key.capitalize()}: {value}." for key, value in entry["settings"].items()), "",
+             "| run | GPUs | step s | gen s | update s | tokens/s per GPU (prompt + response) |",
+             "|---|---|---|---|---|---|",
+             f"| verl, published (steps {', '.join(str(s['step']) for s in steps)}) | 8 | {' | '.join(medians)} |"]
+    lines += [f"| ours, {r['recipe']} {r['controller']} | 8 | {_fmt(r['median_step_s'])} | "
+              f"{_fmt(r['stages_s'].get('gen'))} | {_fmt(r['stages_s'].get('update_actor'))} | "
+              f"{_fmt(r['trained_tokens_per_s_per_gpu'], '.0f')} |" for r in ours]
+    if not ours:
+        lines.append(f"| ours, recipes/{entry['compare_with_recipe']}/run_qwen3_8b.sh | 8 | not run yet | | | |")
+    return lines + ["", f"How the settings differ: {entry['differences']}", ""]
+
+
+def build_readme(folder: Path, published_path: Path = PUBLISHED) -> str:
+    """The README's text; draws scale.png beside it when there are measured results."""
+    results = sorted((json.loads(p.read_text()) for p in folder.glob("*_*gpu_*.json") if not p.name.startswith("plan_")),
                      key=lambda r: (r["recipe"], r["gpus"], r["controller"]))
+    plans = sorted((json.loads(p.read_text()) for p in folder.glob("plan_*.json")),
+                   key=lambda p: (p["recipe"], p["gpus"], p["controller"]))
     lines = ["# Qwen3-8B at scale: each recipe's run_qwen3_8b.sh, a few steps", "",
              "Generated by `python bench/scale_report.py` from the json files beside it, which "
              "`bash bench/scale_suite.sh` wrote (setup: `pip install -e . -r bench/requirements-gpu.txt`). "
@@ -64,11 +169,21 @@ def main() -> None:
              "depend on the shapes, not on trained weights. Times are medians over the steps after step 1; "
              "MFU counts the update's useful FLOPs over 989 TFLOP/s per GPU; peak memory is nvidia-smi's.", ""]
     lines += table(results) if results else ["No results yet: run `bash bench/scale_suite.sh` on a GPU node."]
-    lines += ["", "Each json holds the exact command, the commit and every step's metrics."]
+    lines += ["", "Each json holds the exact command, the commit and every step's metrics."] + scaling(results)
     if results:
         plot(results, folder / "scale.png")
         lines += ["", "![per-stage step time](scale.png)"]
-    (folder / "README.md").write_text("\n".join(lines) + "\n")
+    if plans:
+        lines += [""] + plan_section(plans)
+    lines += [""] + verl_section(json.loads(published_path.read_text()), results)
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=str(ROOT / "results/scale"))
+    folder = Path(parser.parse_args().dir)
+    (folder / "README.md").write_text(build_readme(folder))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ Weights are random (`model.init=random`: the architecture from bench/configs/qwe
 weights replaced by the trainer's at start), so nothing is downloaded; speed and memory depend on the
 shapes, not on trained weights. The reward is bench/varied_reward.py (varies between samples, so
 every update changes the weights and DAPO's dynamic sampling keeps its groups). The batch is the
-script's, scaled to the GPUs present (`PROMPTS_PER_GPU`), with responses at the script's length.
+script's, scaled to the GPUs present (`PROMPTS_PER_GPU`), with responses at the script's length; with
+`--full` it is the script's own (512 prompt groups × 16 for DAPO: the 8-GPU run). Every run's config
+goes through the script's own dry run first; `python bench/scale_plan.py` records those plans and their
+memory arithmetic without a GPU.
 
 Writes results/scale/<recipe>_qwen3-8b_<N>gpu_<controller>.json: the command, the median step time
 after step 1 and its per-stage breakdown, generated and trained tokens/s per GPU, each GPU's peak
@@ -51,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "results/scale"))
     parser.add_argument("--timeout-s", type=int, default=1800, help="per run")
     parser.add_argument("--no-raw-vllm", action="store_true", help="skip the raw vLLM reference")
+    parser.add_argument("--full", action="store_true",
+                        help="the scripts' own batch and engine share (their full settings, e.g. on 8 GPUs) "
+                             "instead of PROMPTS_PER_GPU prompts per GPU")
     parser.add_argument("overrides", nargs="*",
                         help="extra config overrides for every run, e.g. actor.micro_batch_tokens=16384")
     return parser.parse_args(argv)
@@ -76,17 +82,35 @@ def ensure_data(data: Path) -> Path:
     return data
 
 
-def run_overrides(recipe: str, controller: str, gpus: int, steps: int, model: Path, store: Path, name: str) -> list[str]:
-    prompts = PROMPTS_PER_GPU[recipe] * gpus
-    overrides = [f"model.path={model}", "model.init=random", f"data.train_batch_size={prompts}",
-                 f"actor.ppo_mini_batch_size={prompts // 2}",  # two optimizer steps per rollout, as at full size
+def run_overrides(recipe: str, controller: str, gpus: int, steps: int, model: Path, store: Path, name: str,
+                  full: bool = False) -> list[str]:
+    """Random weights from `model`, the varied reward, MLflow in `store`; the batch is the script's (`full`)
+    or cut to PROMPTS_PER_GPU per GPU, with an engine share that leaves 2 GPUs room for the 8B state."""
+    overrides = [f"model.path={model}", "model.init=random",
                  f"trainer.total_steps={steps}", "trainer.test_freq=0", "trainer.save_freq=0",
                  f"trainer.output_dir={store.parent / 'outputs' / name}",
                  f"reward.custom_function.path={ROOT / 'bench/varied_reward.py'}",
-                 "reward.custom_function.name=compute_score", "rollout.gpu_memory_utilization=0.35",
+                 "reward.custom_function.name=compute_score",
                  f"tracking.uri=file:{store}", "tracking.experiment=scale", f"tracking.run_name={name}",
                  "tracking.backends=[console,mlflow]"]
+    if not full:
+        prompts = PROMPTS_PER_GPU[recipe] * gpus
+        overrides += [f"data.train_batch_size={prompts}",
+                      f"actor.ppo_mini_batch_size={prompts // 2}",  # two optimizer steps per rollout
+                      "rollout.gpu_memory_utilization=0.35"]
     return overrides + (["trainer.controller=ray"] if controller == "ray" else [])
+
+
+def script_plan(recipe: str, gpus: int, overrides: list[str], data: Path, plan_json: Path) -> tuple[list[str], str, dict]:
+    """The script's own dry run with these overrides (offline, no GPU): the command, the plan it prints, and
+    the plan and resolved config it writes to `plan_json`. A config the real run would refuse fails here."""
+    command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh", "--dry-run", "--plan-json", str(plan_json), *overrides]
+    env = {**os.environ, "NGPUS": str(gpus), "DATA": str(data), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"the dry run of recipes/{recipe}/run_qwen3_8b.sh at {gpus} GPUs failed: "
+                           f"{done.stderr.strip() or done.stdout.strip()}")
+    return command, done.stdout, json.loads(plan_json.read_text())
 
 
 def step_history(store: Path, name: str, experiment: str = "scale") -> dict[int, dict[str, float]]:
@@ -142,7 +166,7 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
     name = f"{recipe}_{model.name.removeprefix('model-')}_{gpus}gpu_{controller}"
     store = work / "mlruns"
     command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh",
-               *run_overrides(recipe, controller, gpus, args.steps, model, store, name), *args.overrides]
+               *run_overrides(recipe, controller, gpus, args.steps, model, store, name, args.full), *args.overrides]
     env = {**os.environ, "NGPUS": str(gpus), "DATA": str(data), "MLFLOW_ALLOW_FILE_STORE": "true"}
     log = work / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +180,7 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
         tail = log.read_text().splitlines()[-30:]
         raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
     config = json.loads((model / "config.json").read_text())
-    result = {"name": name, "recipe": recipe, "gpus": gpus,
+    result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": "script" if args.full else "scaled",
               "model": f"{model.name.removeprefix('model-')} (random init from its config)",
               "controller": controller, "commit": git_commit(), "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
               "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
@@ -181,7 +205,10 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     model, data = model_dir(Path(args.config_dir), work), ensure_data(Path(args.data))
     for recipe in args.recipes:
-        raw = None if args.no_raw_vllm else raw_vllm(recipe, model, data, work)
+        plan = preflight(args, recipe, gpus, model, data, work)
+        raw = None if args.no_raw_vllm else raw_vllm(recipe, model, data, work,
+                                                     plan["plan"]["batch"]["prompts_per_step"] // gpus,
+                                                     plan["config"]["rollout"]["gpu_memory_utilization"])
         for controller in args.controllers:
             result = run_one(args, recipe, controller, gpus, model, data, work)
             result["raw_vllm_tokens_per_s_per_gpu"] = raw
@@ -193,11 +220,24 @@ def main(argv=None) -> int:
     return 0
 
 
-def raw_vllm(recipe: str, model: Path, data: Path, work: Path) -> float | None:
-    """Raw `vllm.LLM.generate` tokens/s on one GPU at this recipe's per-GPU batch and lengths."""
+def preflight(args, recipe: str, gpus: int, model: Path, data: Path, work: Path) -> dict:
+    """Every controller's config through the script's own dry run, so a bad setting fails before any GPU
+    work; returns the first one's plan and resolved config."""
+    plans = []
+    for controller in args.controllers:
+        overrides = run_overrides(recipe, controller, gpus, args.steps, model, work / "mlruns", "preflight", args.full)
+        plans.append(script_plan(recipe, gpus, [*overrides, *args.overrides], data,
+                                 work / f"plan_{recipe}_{controller}.json")[2])
+    return plans[0]
+
+
+def raw_vllm(recipe: str, model: Path, data: Path, work: Path, prompts: int, memory_share: float) -> float | None:
+    """Raw `vllm.LLM.generate` tokens/s on one GPU at this recipe's per-GPU batch (`prompts`), lengths and
+    engine share."""
     out = work / f"raw_vllm_{recipe}.json"
     command = [sys.executable, str(ROOT / "bench/scale_raw_vllm.py"), "--model", str(model), "--recipe", recipe,
-               "--prompts", str(PROMPTS_PER_GPU[recipe]), "--data", str(data), "--out", str(out)]
+               "--prompts", str(prompts), "--gpu-memory-utilization", str(memory_share), "--data", str(data),
+               "--out", str(out)]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
     print(f"[scale] raw vLLM reference for {recipe}", flush=True)
     subprocess.run(command, cwd=ROOT, env=env, check=True)

@@ -67,7 +67,11 @@ def train(args: argparse.Namespace) -> int:
         plan = make_plan(config)  # validates at the world the config asks for
         load_trainer_class(config.trainer.cls)
         print(format_plan(plan), flush=True)
+        if args.plan_json:
+            write_plan_json(args.plan_json, plan, config)
         return 0
+    if args.plan_json:
+        raise ConfigError("--plan-json writes a dry run's plan: add --dry-run")
     from core.config.validate import validate_config
     from core.reward.build import custom_function
     from core.trainer.run_dir import claimed_run_dirs
@@ -84,6 +88,16 @@ def train(args: argparse.Namespace) -> int:
         return _fit(trainer_cls, config)
     with claimed_run_dirs(config.trainer.output_dir, config.trainer.checkpoint_dir, config.trainer.save_freq > 0):
         return _fit(trainer_cls, config)
+
+
+def write_plan_json(path: str, plan: dict, config) -> None:
+    """The plan and the resolved config as JSON, for tools that read a dry run (bench/scale_plan.py)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    resolved = OmegaConf.to_container(config, resolve=True)
+    Path(path).write_text(json.dumps({"plan": plan, "config": resolved}, indent=1) + "\n")
 
 
 def _fit(trainer_cls, config) -> int:
@@ -151,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_parser.add_argument("--recipe", default="grpo", help="recipe name (recipes/<name>) or a config .yaml path")
     train_parser.add_argument("--dry-run", action="store_true",
                               help="check the config and data, print the plan, train nothing (= trainer.dry_run=true)")
+    train_parser.add_argument("--plan-json", metavar="FILE",
+                              help="with --dry-run: also write the plan and the resolved config to FILE as JSON")
     train_parser.add_argument("overrides", nargs="*", help="config overrides, e.g. actor.lr=1e-5")
     train_parser.set_defaults(handler=train)
     board = commands.add_parser("leaderboard", help="build results/leaderboard.md and plots from MLflow runs")

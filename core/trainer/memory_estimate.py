@@ -11,6 +11,10 @@ with `actor.cpu_offload` these live in host memory instead. The rollout engine t
 that share with room for a KV cache); the HF backend holds a whole fp32 copy of the policy. With
 `trainer.placement=disaggregated` the engine has a GPU of its own, and the training GPUs hold no engine. Activations
 come on top and depend on micro-batching, so the check leaves 10% of the device for them and for CUDA's own context.
+
+`per_gpu_memory` is the longer arithmetic the scale plan (bench/scale_plan.py) records: the same sharded
+state, plus the all-gathered weights and the activations of one micro-batch, phase by phase (generation,
+with the engine awake; training, with it asleep).
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from dataclasses import dataclass
 from omegaconf import OmegaConf
 
 GIB = 1024 ** 3
-TRAINING_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW exp_avg + exp_avg_sq
 REFERENCE_BYTES_PER_PARAM = 4
 FROZEN_BASE_BYTES_PER_PARAM = {"fp32": 4, "bf16": 2, "auto": 2}  # a LoRA base, on a GPU (auto = bf16 there)
 ROLLOUT_BYTES_PER_PARAM = 2  # bf16 engine weights
@@ -80,22 +83,33 @@ def count_adapter_parameters(config, model_path: str) -> int:
         return adapter_parameter_count(AutoModelForCausalLM.from_config(hf_config), spec)
 
 
+def training_state(config, params: int, ranks: int, *, with_reference: bool, with_critic: bool,
+                   adapter_params: int = 0) -> dict[str, float]:
+    """Bytes per GPU of what FSDP2 shards over `ranks`, by kind: fp32 weights (4 B a parameter; a LoRA
+    base at its frozen dtype), fp32 gradients (4 B a trainable parameter), AdamW's two fp32 moments (8 B)
+    and the fp32 reference (4 B); PPO's critic adds its own 4 + 4 + 8. All 0 under actor.cpu_offload."""
+    trainable = adapter_params or params
+    weights = params * FROZEN_BASE_BYTES_PER_PARAM[config.actor.mixed_precision] + adapter_params * 4 \
+        if adapter_params else params * 4
+    reference = params * REFERENCE_BYTES_PER_PARAM * (with_reference and not adapter_params)
+    critic = params * with_critic
+    state = {"weights": weights + 4 * critic, "grads": 4 * (trainable + critic),
+             "optimizer": 8 * (trainable + critic), "reference": reference}
+    on_gpu = not config.actor.cpu_offload
+    return {kind: value * on_gpu / max(ranks, 1) for kind, value in state.items()}
+
+
 def estimate(config, params: int, ranks: int, device_gib: float, *, with_reference: bool, with_critic: bool,
              adapter_params: int = 0) -> MemoryEstimate:
     """`adapter_params` > 0: a LoRA policy (`count_adapter_parameters`) over a frozen base of `params`."""
-    shards = max(ranks, 1)
-    if adapter_params:
-        frozen = FROZEN_BASE_BYTES_PER_PARAM[config.actor.mixed_precision]
-        actor_bytes = params * frozen + adapter_params * TRAINING_BYTES_PER_PARAM
-    else:
-        actor_bytes = params * (TRAINING_BYTES_PER_PARAM + REFERENCE_BYTES_PER_PARAM * with_reference)
-    state_bytes = (actor_bytes + params * TRAINING_BYTES_PER_PARAM * with_critic) * (not config.actor.cpu_offload)
+    state = training_state(config, params, ranks, with_reference=with_reference, with_critic=with_critic,
+                           adapter_params=adapter_params)
     engine = config.rollout.name in ("vllm", "sglang")
     tp = config.rollout.tensor_model_parallel_size
     # The HF backend keeps a whole fp32 copy of the policy on every GPU (and its KV cache, not counted).
     rollout_gib = config.rollout.gpu_memory_utilization * device_gib if engine else params * 4 / GIB
     return MemoryEstimate(
-        params=params, ranks=ranks, resident_gib=state_bytes / shards / GIB, rollout_gib=rollout_gib,
+        params=params, ranks=ranks, resident_gib=sum(state.values()) / GIB, rollout_gib=rollout_gib,
         rollout_weights_gib=params * ROLLOUT_BYTES_PER_PARAM / tp / GIB if engine else 0.0,
         colocated=OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated")
 
@@ -125,3 +139,121 @@ def check_run_fits(config, model_path: str, ranks: int, *, with_reference: bool,
     params = count_parameters(model_path, config.model.trust_remote_code, config.model.gguf_file)
     check_fits(estimate(config, params, ranks, device_gib, with_reference=with_reference, with_critic=with_critic,
                         adapter_params=count_adapter_parameters(config, model_path)), device_gib)
+
+
+# ---- phase by phase (bench/scale_plan.py) ----------------------------------------------------------
+ACTIVATION_BYTES = 2  # bf16: what the forward computes in under mixed precision
+# One decoder layer's tensors kept for its backward, per token, in widths of the hidden size, the k/v
+# projection and the MLP: the two norms' inputs and outputs (4 hidden), q before and after its norm and
+# rotary and the attention output (3 hidden), k before and after its norm and v (3 kv), the MLP's gate,
+# up and product (3 intermediate); while the layer runs backward, the gradients of gate and up (2 more).
+LAYER_WIDTHS = {"hidden": 7, "kv": 3, "intermediate": 5}
+# The chunked log-prob head (core/engine/logprob_head.py) holds one chunk of logits at a time: bf16 logits,
+# one fp32 working copy and the bf16 gradient.
+LOGIT_CHUNK_BYTES_PER_ENTRY = 2 + 4 + 2
+PREFETCHED_LAYERS = 2  # FSDP2 all-gathers the next layer while this one computes
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the activation arithmetic needs from a decoder's config.json."""
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool
+
+    @classmethod
+    def from_pretrained(cls, model_path: str, trust_remote_code: bool = False) -> "ModelShape":
+        from transformers import AutoConfig
+
+        c = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        return cls(c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                   getattr(c, "num_key_value_heads", None) or c.num_attention_heads, head_dim,
+                   c.intermediate_size, c.vocab_size, bool(getattr(c, "tie_word_embeddings", False)))
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def layer_params(self) -> int:  # q, k, v, o, gate, up, down, two norms, q and k head norms
+        attention = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_width
+        return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden + 2 * self.head_dim
+
+    @property
+    def root_params(self) -> int:  # FSDP2's root unit: embeddings, final norm, LM head
+        return self.vocab * self.hidden * (1 + (not self.tied_embeddings)) + self.hidden
+
+
+def micro_batch_tokens(config, world: int) -> int:
+    """Tokens of the largest training micro-batch on one rank: `actor.micro_batch_tokens`, else
+    `actor.micro_batch_size` rows (fewer when a rank's share of a mini-batch is smaller) at full length,
+    packed into one row: the worst case, which a rollout that never stops early reaches."""
+    actor, data = config.actor, config.data
+    if actor.micro_batch_tokens:
+        return actor.micro_batch_tokens
+    rows_per_rank = actor.ppo_mini_batch_size * config.rollout.n // max(world // actor.tensor_parallel_size, 1)
+    return min(actor.micro_batch_size, rows_per_rank) * (data.max_prompt_length + data.max_response_length)
+
+
+def activation_bytes(shape: ModelShape, tokens: int, *, checkpointing: bool, chunk_tokens: int) -> dict[str, float]:
+    """Activations of one micro-batch of `tokens` in the update, by part. With gradient checkpointing each
+    layer keeps only its input and one layer at a time recomputes its internals; without it every layer
+    keeps them. Counted as for actor.tensor_parallel_size=1 (tensor parallel splits some of them)."""
+    per_token_layer = ACTIVATION_BYTES * (LAYER_WIDTHS["hidden"] * shape.hidden + LAYER_WIDTHS["kv"] * shape.kv_width
+                                          + LAYER_WIDTHS["intermediate"] * shape.intermediate)
+    layer_input = ACTIVATION_BYTES * shape.hidden * tokens
+    return {
+        "layer_inputs": layer_input * shape.layers if checkpointing else 0.0,
+        "layer_internals": per_token_layer * tokens * (1 if checkpointing else shape.layers),
+        "logits_chunk": min(chunk_tokens, tokens) * shape.vocab * LOGIT_CHUNK_BYTES_PER_ENTRY,
+    }
+
+
+def gathered_bytes(shape: ModelShape, param_bytes: int = 2) -> dict[str, float]:
+    """Unsharded copies FSDP2 holds while the update runs: the root unit's weights, kept gathered through
+    forward and backward; two decoder layers' weights (the one computing and the one prefetched) and their
+    gradients before the fp32 reduce-scatter; the LM head's gradient, accumulated in fp32 by the log-prob head."""
+    return {"root_weights": shape.root_params * param_bytes,
+            "layer_weights": PREFETCHED_LAYERS * shape.layer_params * param_bytes,
+            "layer_grads": PREFETCHED_LAYERS * shape.layer_params * 4,
+            "lm_head_grad": shape.vocab * shape.hidden * 4}
+
+
+def rollout_bytes(config, shape: ModelShape, params: int, device_bytes: float) -> dict[str, float]:
+    """The engine's share while it generates: `gpu_memory_utilization` of the device, of which its bf16
+    weights (split over `rollout.tensor_model_parallel_size`) come first and the rest bounds the KV cache."""
+    rollout = config.rollout
+    if rollout.name not in ("vllm", "sglang"):
+        return {"share": params * 4, "weights": params * 4, "kv_cache": 0.0, "kv_tokens_per_engine": 0.0}
+    tp = rollout.tensor_model_parallel_size
+    share = rollout.gpu_memory_utilization * device_bytes
+    weights = params * ROLLOUT_BYTES_PER_PARAM / tp
+    kv_per_token_per_gpu = 2 * shape.layers * shape.kv_width * ACTIVATION_BYTES / tp  # K and V, bf16
+    kv_cache = max(share - weights, 0.0)
+    return {"share": share, "weights": weights, "kv_cache": kv_cache,
+            "kv_tokens_per_engine": kv_cache / kv_per_token_per_gpu}
+
+
+def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_bytes: float, *,
+                   with_reference: bool, with_critic: bool, adapter_params: int = 0) -> dict:
+    """Bytes per GPU, phase by phase. Generation: the sharded state without gradients (freed after each
+    optimizer step) plus the engine's share. Training (the engine asleep): all the state, the gathered
+    copies and one micro-batch's activations. Not counted: CUDA's context, NCCL buffers, fragmentation."""
+    actor = config.actor
+    state = training_state(config, params, world, with_reference=with_reference, with_critic=with_critic,
+                           adapter_params=adapter_params)
+    gathered = gathered_bytes(shape, 4 if actor.mixed_precision == "fp32" else 2)
+    activations = activation_bytes(shape, micro_batch_tokens(config, world), checkpointing=actor.gradient_checkpointing,
+                                   chunk_tokens=actor.logprob_chunk_tokens)
+    rollout = rollout_bytes(config, shape, params, device_bytes)
+    generation = sum(state.values()) - state["grads"] + rollout["share"]
+    training = sum(state.values()) + sum(gathered.values()) + sum(activations.values())
+    return {"state": state, "gathered": gathered, "activations": activations, "rollout": rollout,
+            "generation_peak": generation, "training_peak": training, "peak": max(generation, training),
+            "device": device_bytes}

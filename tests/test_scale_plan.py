@@ -1,0 +1,130 @@
+"""The 8-GPU plan without a GPU: bench/scale_plan.py runs both scripts' own dry runs, the per-GPU memory
+arithmetic matches a hand computation, and bench/scale_report.py renders the plan from committed json."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from core.trainer.memory_estimate import ModelShape, count_parameters, per_gpu_memory, training_state  # noqa: E402
+
+GSM8K_JSONL = ROOT.parent / "shared/data/gsm8k"
+QWEN3_8B = ROOT / "bench/configs/qwen3-8b"
+PARAMS = 8_190_735_360  # Qwen3-8B, counted from its config alone (test_memory_estimate.py)
+
+
+def config(**actor):
+    return OmegaConf.create({
+        "data": {"max_prompt_length": 512, "max_response_length": 2048},
+        "rollout": {"name": "vllm", "n": 16, "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.5},
+        "actor": {"cpu_offload": False, "mixed_precision": "auto", "ppo_mini_batch_size": 32, "micro_batch_size": 16,
+                  "micro_batch_tokens": None, "tensor_parallel_size": 1, "gradient_checkpointing": True,
+                  "logprob_chunk_tokens": 2048, **actor}})
+
+
+def test_qwen3_8b_shape_adds_up_to_its_parameter_count():
+    shape = ModelShape.from_pretrained(str(QWEN3_8B))
+    # q and o 4096·4096, k and v 4096·1024, MLP 3·4096·12288, norms 2·4096 + 2·128 = 192,946,432 a layer;
+    # root: embeddings and LM head 151936·4096 each, final norm 4096.
+    assert shape.layer_params == 192_946_432 and shape.root_params == 1_244_663_808
+    assert 36 * shape.layer_params + shape.root_params == count_parameters(str(QWEN3_8B)) == PARAMS
+
+
+def test_8b_state_over_8_ranks_by_hand():
+    state = training_state(config(), PARAMS, 8, with_reference=True, with_critic=False)
+    # fp32 weights and grads 4 B, AdamW's two moments 8 B, the fp32 reference 4 B, each over 8 ranks.
+    assert state == {"weights": 4_095_367_680, "grads": 4_095_367_680, "optimizer": 8_190_735_360,
+                     "reference": 4_095_367_680}
+
+
+def test_dapo_8_gpus_phases_by_hand():
+    shape = ModelShape.from_pretrained(str(QWEN3_8B))
+    found = per_gpu_memory(config(), shape, PARAMS, 8, 80e9, with_reference=False, with_critic=False)
+    tokens = 16 * (512 + 2048)  # a micro-batch of 16 full-length sequences, packed
+    assert found["activations"] == {
+        "layer_inputs": 2 * 4096 * tokens * 36,  # bf16 input of each of the 36 checkpointed layers
+        "layer_internals": 2 * (7 * 4096 + 3 * 1024 + 5 * 12288) * tokens,  # one layer recomputed
+        "logits_chunk": 2048 * 151936 * (2 + 4 + 2)}
+    assert found["gathered"] == {"root_weights": 1_244_663_808 * 2, "layer_weights": 2 * 192_946_432 * 2,
+                                 "layer_grads": 2 * 192_946_432 * 4, "lm_head_grad": 151936 * 4096 * 4}
+    share = 0.5 * 80e9
+    assert found["rollout"]["share"] == share and found["rollout"]["weights"] == PARAMS * 2
+    assert found["rollout"]["kv_tokens_per_engine"] == pytest.approx((share - PARAMS * 2) / (2 * 36 * 1024 * 2))
+    state = 16 * PARAMS / 8
+    assert found["generation_peak"] == pytest.approx(state - 4 * PARAMS / 8 + share)  # gradients freed
+    assert found["training_peak"] == pytest.approx(state + sum(found["gathered"].values())
+                                                   + sum(found["activations"].values()))
+
+
+@pytest.fixture(scope="module")
+def gsm8k_parquet(tmp_path_factory):
+    if not (GSM8K_JSONL / "test.jsonl").exists():
+        pytest.skip(f"{GSM8K_JSONL} is not here")
+    out = tmp_path_factory.mktemp("gsm8k")
+    for split in ("train", "test"):  # the test split stands in for both: the plan only counts rows
+        subprocess.run([sys.executable, "-m", "core.cli", "data", "gsm8k", "--local", str(GSM8K_JSONL / "test.jsonl"),
+                        "--split", split, "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def test_plan_runs_both_scripts_at_8_gpus_under_both_controllers(gsm8k_parquet, tmp_path):
+    from scale_plan import main
+
+    out = tmp_path / "out"
+    main(["--recipes", "dapo", "grpo", "--gpus", "--full-gpus", "8", "--data", str(gsm8k_parquet),
+          "--work", str(tmp_path / "work"), "--out", str(out)])
+    plans = {p.name: json.loads(p.read_text()) for p in out.glob("plan_*.json")}
+    assert sorted(plans) == [f"plan_{r}_qwen3-8b_8gpu_{c}.json" for r in ("dapo", "grpo") for c in ("ray", "torchrun")]
+    dapo = plans["plan_dapo_qwen3-8b_8gpu_torchrun.json"]
+    assert dapo["settings"] == "script" and "NGPUS=8" in dapo["command"] and "--dry-run" in dapo["command"]
+    assert dapo["plan"]["batch"]["prompts_per_step"] == 512 and dapo["plan"]["rollout"]["n"] == 16
+    assert dapo["plan"]["lengths"] == {"prompt": 512, "response": 2048}
+    assert dapo["plan"]["batch"]["sequences_per_mini_batch_per_device"] == 64
+    assert "1 node × 8 GPUs = 8 GPUs" in dapo["plan_text"]
+    h100 = dapo["memory_per_gpu"]["H100 80GB"]
+    assert h100["state_gb"]["weights"] == round(4 * PARAMS / 8 / 1e9, 2) and h100["fits"]
+    grpo = plans["plan_grpo_qwen3-8b_8gpu_ray.json"]
+    assert grpo["controller"] == "ray" and "trainer.controller=ray" in grpo["command"]
+    assert grpo["plan"]["batch"]["prompts_per_step"] == 1024 and grpo["plan"]["rollout"]["n"] == 5
+    assert grpo["memory_per_gpu"]["H100 80GB"]["state_gb"]["reference"] > 0  # GRPO's KL loss needs the reference
+
+
+def test_report_renders_the_plan_and_verl_sections_from_committed_json(tmp_path):
+    from scale_report import build_readme
+
+    for name in ("plan_dapo_qwen3-8b_8gpu_torchrun.json", "plan_grpo_qwen3-8b_8gpu_torchrun.json"):
+        shutil.copy(ROOT / "results/scale" / name, tmp_path / name)
+    dapo = json.loads((tmp_path / "plan_dapo_qwen3-8b_8gpu_torchrun.json").read_text())
+    text = build_readme(tmp_path)
+    assert "No results yet" in text  # a plan is not a measured run
+    assert "| dapo | 8 | torchrun | script | 512 × 16 | 64 | 16 × 4 |" in text
+    assert f"{dapo['memory_per_gpu']['H100 80GB']['peak_fraction']:.0%} (fits ≤ 95%)" in text
+    # verl's published steps 2-4 and 6-9: step times 172.797 … 167.295 s, median 168.591.
+    assert "| verl, published (steps 2, 3, 4, 6, 7, 8, 9) | 8 | 168.6 | 42.8 | 74.7 | 1087 |" in text
+    assert "| ours, recipes/grpo/run_qwen3_8b.sh | 8 | not run yet |" in text
+
+
+def test_report_scaling_compares_8_with_2_gpus():
+    from scale_report import scaling
+
+    def run(gpus, generated, trained):
+        return {"recipe": "dapo", "controller": "ray", "gpus": gpus, "generated_tokens_per_s_per_gpu": generated,
+                "trained_tokens_per_s_per_gpu": trained}
+
+    lines = scaling([run(2, 1000.0, 2000.0), run(8, 900.0, 1500.0)])
+    assert "| dapo | ray | 900 ÷ 1000 = 90% | 1500 ÷ 2000 = 75% |" in lines
+    assert scaling([run(2, 1000.0, 2000.0)]) == []
+
+
+def test_plan_json_needs_dry_run(capsys):
+    from core.cli import main
+
+    assert main(["train", "--recipe", "grpo", "--plan-json", "plan.json"]) == 2
+    assert "--plan-json writes a dry run's plan: add --dry-run" in capsys.readouterr().err
