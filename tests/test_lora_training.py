@@ -16,9 +16,9 @@ from recipes.grpo.trainer import GRPOTrainer
 REPO = Path(__file__).resolve().parents[1]
 LORA = ["actor.lora.rank=8", "actor.lora.alpha=16", "actor.lr=5e-3"]
 FAST_VAL = "data.val_max_samples=16"  # the resume test compares validation, it needs no precision
-LEARN_STEPS = 10
-# Held-out accuracy the LoRA run must add: it gave 0.633 -> 0.711 (+7.8 points) in 10 steps at lr 2e-3
-# (and +12.5 in 20); half of that leaves room for another machine's floating-point order.
+LEARN_STEPS = 20
+# Held-out accuracy the LoRA run must add in 20 steps at lr 2e-3: +12.5 points from 0.633 on one machine. In 10
+# steps it gave +7.8 there but +1.6 on a machine whose warm start begins at 0.656, so the test trains 20.
 MIN_GAIN = 0.04
 
 
@@ -97,7 +97,8 @@ def test_bad_lora_settings_fail_in_one_line_before_anything_starts(fast_override
 
 
 def test_lora_grpo_learns(tmp_path):
-    """The warm-started tiny model (0.633 held-out accuracy) with rank-8 adapters, at 20 × full GRPO's lr."""
+    """The warm-started tiny model (0.633 to 0.656 held-out accuracy, by machine) with rank-8 adapters, at 20 ×
+    full GRPO's lr."""
     config = load_config("grpo", ["actor.lora.rank=8", "actor.lora.alpha=16", "actor.lr=2e-3",
                                   f"trainer.total_steps={LEARN_STEPS}", f"trainer.test_freq={LEARN_STEPS}",
                                   "data.val_max_samples=128", "trainer.save_freq=0", "tracking.backends=[console]",
