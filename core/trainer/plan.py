@@ -214,6 +214,33 @@ def critic_summary(config) -> dict:
             "cliprange_value": critic.cliprange_value, "warmup_steps": config.trainer.critic_warmup}
 
 
+def _advantage_text(algo: dict) -> str:
+    adv = algo["adv_estimator"]
+    if adv == "grpo":
+        return adv + (" (group mean and std)" if algo["norm_adv_by_std"] else " (group mean only: Dr.GRPO)")
+    if adv in ("gae", "reinforce_plus_plus"):
+        return adv + f" (gamma {algo['gamma_lam'][0]}, lambda {algo['gamma_lam'][1]})"
+    return adv
+
+
+def _policy_loss_text(algo: dict) -> str:
+    """The loss with the clip settings it reads: dual clip is PPO-clip's alone; GPG and KL-Cov clip nothing."""
+    name, (low, high, dual) = algo["policy_loss"], algo["clip_ratio"]
+    if name == "ppo_clip":
+        return f"{name} (clip {low}/{high}, dual-clip c {dual})"
+    return f"{name} (clip {low}/{high})" if name in ("gspo", "cispo", "clip_cov") else name
+
+
+def _kl_text(algo: dict) -> str:
+    kl = []
+    if algo["kl_loss"]:
+        kl.append(f"loss term {algo['kl_loss'][0]} × {algo['kl_loss'][1]} (actor.use_kl_loss)")
+    if algo["kl_in_reward"]:
+        kl.append(f"in the reward {algo['kl_in_reward'][0]} × {algo['kl_in_reward'][1]} "
+                  "(algorithm.use_kl_in_reward)")
+    return "; ".join(kl) if kl else "off"
+
+
 def format_plan(plan: dict) -> str:
     """The plan as the text `recipezoo train --dry-run` prints."""
     res, batch, steps, algo, rollout = (plan[k] for k in ("resources", "batch", "steps", "algorithm", "rollout"))
@@ -235,18 +262,6 @@ def format_plan(plan: dict) -> str:
         epochs = f"{steps['steps_per_epoch']} steps/epoch, so {steps['epochs']:.1f} epochs"
     every = f"every {steps['test_freq']} steps, before step 1 and after the last" if steps["test_freq"] else "off"
     sampling = "greedy" if steps["val_temperature"] == 0 else f"temperature {steps['val_temperature']}"
-    adv = algo["adv_estimator"]
-    if adv == "grpo":
-        adv += " (group mean and std)" if algo["norm_adv_by_std"] else " (group mean only: Dr.GRPO)"
-    elif adv in ("gae", "reinforce_plus_plus"):
-        adv += f" (gamma {algo['gamma_lam'][0]}, lambda {algo['gamma_lam'][1]})"
-    low, high, dual = algo["clip_ratio"]
-    kl = []
-    if algo["kl_loss"]:
-        kl.append(f"loss term {algo['kl_loss'][0]} × {algo['kl_loss'][1]} (actor.use_kl_loss)")
-    if algo["kl_in_reward"]:
-        kl.append(f"in the reward {algo['kl_in_reward'][0]} × {algo['kl_in_reward'][1]} "
-                  "(algorithm.use_kl_in_reward)")
     trainer, lengths = plan["trainer"], plan["lengths"]
     lines = [
         "recipezoo dry run: config and data checked; no model loaded, nothing trained",
@@ -272,9 +287,9 @@ def format_plan(plan: dict) -> str:
         f"lengths      prompt ≤ {lengths['prompt']} tokens, response ≤ {lengths['response']} tokens",
         f"steps        {steps['total_steps']} ({epochs})",
         f"validation   {every}; {steps['val_prompts']} prompts, {sampling}, {steps['val_n']} sample(s) each",
-        f"algorithm    advantages {adv}; policy loss {algo['policy_loss']} (clip {low}/{high}, dual-clip c {dual}); "
+        f"algorithm    advantages {_advantage_text(algo)}; policy loss {_policy_loss_text(algo)}; "
         f"loss agg {algo['loss_agg_mode']}; entropy coeff {algo['entropy_coeff']}; lr {algo['lr']}",
-        f"KL           {'; '.join(kl) if kl else 'off'}",
+        f"KL           {_kl_text(algo)}",
     ]
     if plan["critic"]:
         critic = plan["critic"]
