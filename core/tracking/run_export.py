@@ -15,6 +15,7 @@ section reads; an export without such runs has no `evals` key.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -196,12 +197,7 @@ def _export_run(client, run) -> dict:
 
 def steady_seconds(step_times: list[float]) -> float | None:
     """Median time of the steps after the first: what a step costs once warm (None before step 2)."""
-    later = sorted(step_times[1:])
-    if not later:
-        return None
-    middle = len(later) // 2
-    median = later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
-    return round(median, 3)
+    return round(statistics.median(step_times[1:]), 3) if len(step_times) > 1 else None
 
 
 def _seed(value: Any) -> int | str | None:
