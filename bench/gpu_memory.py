@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import threading
+import time
+from pathlib import Path
 
 
 def read_used_total_mib() -> list[tuple[float, float]]:
@@ -50,3 +52,18 @@ class PeakMemoryMonitor:
 
     def totals_gib(self) -> list[float]:
         return [round(mib / 1024, 2) for mib in self.totals_mib]
+
+
+def run_logged(name: str, command: list[str], log: Path, *, cwd: Path, timeout_s: float,
+               env: dict | None = None) -> tuple[float, PeakMemoryMonitor]:
+    """Run `command` with its output in `log` while the GPUs' peak memory is read: (wall seconds, the monitor).
+    A failure raises with the log's last 30 lines, so a suite stops on the first broken run."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with PeakMemoryMonitor() as memory, open(log, "w") as sink:
+        process = subprocess.run(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s)
+    wall = time.time() - start
+    if process.returncode:
+        tail = log.read_text().splitlines()[-30:]
+        raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
+    return wall, memory

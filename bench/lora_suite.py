@@ -20,12 +20,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_memory import PeakMemoryMonitor  # noqa: E402
+from gpu_memory import run_logged  # noqa: E402
 from lora_report import write_report  # noqa: E402
 from scale_suite import git_commit, model_dir, step_history, summarise  # noqa: E402
 
@@ -82,17 +81,8 @@ def run_one(args, sync: str, model: Path, work: Path) -> dict:
     store = work / "mlruns"
     command = [sys.executable, "-m", "core.cli", "train", "--recipe", "grpo",
                *run_overrides(args, sync, model, store, name), *args.overrides]
-    log = work / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     print(f"[lora] {name}: starting", flush=True)
-    start = time.time()
-    with PeakMemoryMonitor() as memory, open(log, "w") as sink:
-        process = subprocess.run(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                 timeout=args.timeout_s)
-    wall = time.time() - start
-    if process.returncode:
-        tail = log.read_text().splitlines()[-30:]
-        raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
+    wall, memory = run_logged(name, command, work / "logs" / f"{name}.log", cwd=ROOT, timeout_s=args.timeout_s)
     config = json.loads((model / "config.json").read_text())
     summary = summarise(step_history(store, name, EXPERIMENT), 1, config)
     summary.pop("update_mfu")  # counts full-weight gradients, which a frozen base does not compute

@@ -82,8 +82,8 @@ def weight_sync(config, rollout: VLLMRollout) -> dict:
     return {"bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / min(seconds) / 1e9}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_rollout_shape_args(parser: argparse.ArgumentParser) -> None:
+    """The model, batch and engine share every rollout benchmark is run at (this one and SGLang's)."""
     parser.add_argument("--config-dir", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--prompts", type=int, default=256)
@@ -91,8 +91,13 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.45)
-    parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--out", required=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_rollout_shape_args(parser)
+    parser.add_argument("--skip-hf", action="store_true")
     args = parser.parse_args()
     from transformers import AutoConfig
 

@@ -27,12 +27,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_memory import PeakMemoryMonitor  # noqa: E402
+from gpu_memory import run_logged  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Prompts per GPU per step: the scripts' sequences per GPU cut so that 3 steps take minutes, not hours.
@@ -168,17 +167,8 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
     command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh",
                *run_overrides(recipe, controller, gpus, args.steps, model, store, name, args.full), *args.overrides]
     env = {**os.environ, "NGPUS": str(gpus), "DATA": str(data), "MLFLOW_ALLOW_FILE_STORE": "true"}
-    log = work / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     print(f"[scale] {name}: starting ({' '.join(command)})", flush=True)
-    start = time.time()
-    with PeakMemoryMonitor() as memory, open(log, "w") as sink:
-        process = subprocess.run(command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                 timeout=args.timeout_s)
-    wall = time.time() - start
-    if process.returncode:
-        tail = log.read_text().splitlines()[-30:]
-        raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
+    wall, memory = run_logged(name, command, work / "logs" / f"{name}.log", cwd=ROOT, timeout_s=args.timeout_s, env=env)
     config = json.loads((model / "config.json").read_text())
     result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": "script" if args.full else "scaled",
               "model": f"{model.name.removeprefix('model-')} (random init from its config)",

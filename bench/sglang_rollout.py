@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from perf_rollout import _time_engine_calls, weight_sync  # noqa: E402
+from perf_rollout import _time_engine_calls, add_rollout_shape_args, weight_sync  # noqa: E402
 from rollout_vllm_gpu import _ours, _raw, _Tokenizer, prompt_batch, timed_rounds  # noqa: E402
 
 from core.engine.distributed import init_distributed  # noqa: E402
@@ -86,14 +86,7 @@ def timed_sleep(rollout) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=sorted(RAW), required=True)
-    parser.add_argument("--config-dir", required=True)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--prompts", type=int, default=256)
-    parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.45)
-    parser.add_argument("--out", required=True)
+    add_rollout_shape_args(parser)
     args = parser.parse_args()
     from transformers import AutoConfig
 

@@ -5,17 +5,13 @@ import copy
 
 import pytest
 import torch
-from transformers import Qwen3ForCausalLM
 
 from core.config import ConfigError
-from core.data.dataset import PromptDataset, collate_prompts, write_rows
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
-from core.models.arithmetic import make_rows
 from core.models.lora import LoraSpec, add_adapters, merged_weights, write_adapter_dir
-from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
-from core.rollout.base import SamplingParams
-from core.rollout.hf import HFRollout
+from core.models.tiny import build_tiny_tokenizer
+from tests.helpers_policy import sampled_batch, tiny_policy
 
 SPEC = LoraSpec(rank=4, alpha=8.0, dropout=0.0, target_modules="all-linear")
 
@@ -27,20 +23,12 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    return Qwen3ForCausalLM(tiny_qwen3_config(tokenizer, num_hidden_layers=2, initializer_range=0.2)).eval()
+    return tiny_policy(tokenizer)
 
 
 @pytest.fixture(scope="module")
 def rollout_batch(model, tokenizer, tmp_path_factory):
-    path = write_rows(make_rows("test", 6, seed=1), tmp_path_factory.mktemp("data") / "test.parquet")
-    dataset = PromptDataset(path, tokenizer, max_prompt_length=64)
-    prompts = collate_prompts(list(dataset), dataset.pad_token_id)
-    out = HFRollout(copy.deepcopy(model), tokenizer).generate(
-        prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=0))
-    gen = torch.Generator().manual_seed(0)
-    out.tensors["advantages"] = torch.randn(out["response_mask"].shape, generator=gen) * out["response_mask"]
-    return out
+    return sampled_batch(model, tokenizer, tmp_path_factory.mktemp("data"), prompts=6, n=2, max_new_tokens=12)
 
 
 def lora_engine(model, spec=SPEC, **kwargs):

@@ -7,17 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen3ForCausalLM
 
-from core.data.dataset import PromptDataset, collate_prompts, write_rows
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.engine.logprob_head import log_probs_and_entropy
 from core.engine.packing import response_rows, token_budget_groups
-from core.models.arithmetic import make_rows
-from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
-from core.rollout.base import SamplingParams
-from core.rollout.hf import HFRollout
+from core.models.tiny import build_tiny_tokenizer
+from tests.helpers_policy import sampled_batch, tiny_policy
 
 
 # ---- the chunked head ------------------------------------------------------------------------------
@@ -80,21 +76,14 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    return Qwen3ForCausalLM(tiny_qwen3_config(tokenizer, num_hidden_layers=2, initializer_range=0.2)).eval()
+    return tiny_policy(tokenizer)
 
 
 @pytest.fixture(scope="module")
 def rollout_batch(model, tokenizer, tmp_path_factory):
-    path = write_rows(make_rows("test", 8, seed=1), tmp_path_factory.mktemp("data") / "test.parquet")
-    dataset = PromptDataset(path, tokenizer, max_prompt_length=64)
-    prompts = collate_prompts(list(dataset), dataset.pad_token_id)
-    out = HFRollout(copy.deepcopy(model), tokenizer).generate(
-        prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=16, seed=0))
+    out = sampled_batch(model, tokenizer, tmp_path_factory.mktemp("data"), prompts=8, n=3, max_new_tokens=16)
     lengths = out["response_mask"].sum(1)
     assert lengths.min() < lengths.max() and (out["attention_mask"][:, 0] == 0).any(), "batch is not ragged"
-    gen = torch.Generator().manual_seed(0)
-    out.tensors["advantages"] = torch.randn(out["response_mask"].shape, generator=gen) * out["response_mask"]
     return out
 
 
