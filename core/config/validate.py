@@ -114,6 +114,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_lora(resolved)
     check_schedule(resolved)
     check_placement(resolved)
+    check_profile_steps(resolved)
     return resolved
 
 
@@ -269,6 +270,14 @@ def check_schedule(resolved: dict) -> None:
         if refused:
             raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.schedule={schedule} — {why}; "
                               "run it with trainer.schedule=sync")
+
+
+def check_profile_steps(resolved: dict) -> None:
+    steps = resolved["trainer"]["profile_steps"]
+    bad = [step for step in steps if isinstance(step, bool) or not isinstance(step, int) or step < 1]
+    if bad:
+        raise ConfigError(f"trainer.profile_steps={steps!r} holds {bad[0]!r} — expected step numbers ≥ 1, "
+                          "e.g. trainer.profile_steps=[2]")
 
 
 def check_placement(resolved: dict) -> None:

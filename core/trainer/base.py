@@ -21,6 +21,7 @@ from core.reward.build import build_reward_manager
 from core.reward.manager import reward_metrics
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
+from core.tracking.profiler import step_profiler
 from core.trainer.checkpoint import CheckpointManager, list_checkpoints
 from core.trainer.controllers import build_roles
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
@@ -63,7 +64,7 @@ class BaseTrainer:
             val_metrics = self.validate(step=0) if first_step == 1 else {}
             for step in range(first_step, total + 1):
                 self.global_step, self.timings, self.step_metrics = step, {}, {}
-                with timed("step", self.timings):
+                with step_profiler(self.config, step, self.world.rank, self.timings), timed("step", self.timings):
                     batch = self.stage("gen", self.schedule.next_rollout)  # draw prompts, generate (schedule.py)
                     batch = self.stage("reward", self.compute_rewards, batch)
                     batch = self.stage("old_log_prob", self.compute_log_probs, batch)
