@@ -212,13 +212,16 @@ def run_overrides(args, data: Path, uri: str, engine_len: int) -> list[str]:
         f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}", f"actor.ppo_mini_batch_size={args.mini_batch}",
         f"data.max_prompt_length={args.max_prompt}", f"data.max_response_length={args.max_response}",
         f"actor.lr={args.lr}", f"rollout.temperature={args.temperature}", f"trainer.total_steps={args.steps}",
-        # Micro-batches of 8k real tokens keep a trainer's activations to a few GiB, also when K share a GPU.
-        "actor.micro_batch_tokens=8192",
+        # Micro-batches of 32k real tokens (8k when 4 or more runs share a GPU, for memory): on one H200
+        # they halved old_log_prob and update_actor against 8k (results/gsm8k_leaderboard, 2026-11-24).
+        f"actor.micro_batch_tokens={max(8192, 32768 // k)}",
         f"trainer.test_freq={args.test_freq}", "trainer.save_freq=0",
         # The reward a 135M model can learn from first: a `#### N` answer earns format_score even when wrong.
         "reward.gsm8k_method=strict", f"reward.format_score={args.format_score}",
         # CUDA graphs (eager decoding is ~1.5x slower); unseeded sampling, which vLLM does faster (base.yaml).
         f"rollout.name={args.rollout}", "rollout.enforce_eager=false", "rollout.seed_each_call=false",
+        # A 135M policy leaves the engine's memory share free: the engine stays awake between rollouts.
+        "rollout.free_cache_engine=false",
         f"rollout.gpu_memory_utilization={round(args.engine_memory / k, 3)}",
         f"rollout.max_model_len={engine_len}",  # the trainer's engine also runs the final evaluation
         f"tracking.uri={uri}", f"tracking.experiment={EXPERIMENT}",

@@ -251,8 +251,11 @@ def test_every_variant_loads_with_the_shared_budget(tmp_path):
         assert (config.data.train_batch_size, config.rollout.n, config.actor.ppo_mini_batch_size) == (64, 8, 32)
         assert (config.trainer.total_steps, config.actor.lr, config.reward.format_score) == (25, 1e-5, 0.1)
         assert (config.rollout.gpu_memory_utilization, config.rollout.max_model_len) == (0.1, 2048)
-        assert config.actor.micro_batch_tokens == 8192
+        assert config.actor.micro_batch_tokens == 8192  # 4 runs share the GPU: smaller micro-batches
+        assert config.rollout.free_cache_engine is False
         assert (config.trainer.seed, config.actor.micro_batch_size, config.tracking.tags.recipe) == (1, 16, variant)
+    alone = driver.run_overrides(driver.parse_args([]), tmp_path / "data", "file:///store", 2048)
+    assert "actor.micro_batch_tokens=32768" in alone
     dapo_command = driver.job_command(driver.Job("d", "dapo", 0), args, common, tmp_path, 1024, None)
     dapo = load_config("dapo", dapo_command[dapo_command.index("--") + 1:])
     assert dapo.reward.overlong_buffer.len == 76 and dapo.algorithm.filter_groups.max_num_gen_batches == 20

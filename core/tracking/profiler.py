@@ -16,6 +16,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 TOP_OPERATORS = 25
@@ -51,7 +52,10 @@ def profile_summary(prof, timings: dict[str, float], with_device: bool) -> str:
     """The report's text: step stages, host vs device time (`with_device`: kernels were recorded), and
     the top operators both ways."""
     averages = prof.key_averages()
-    device_us = sum(event.self_device_time_total for event in averages) if with_device else 0
+    # Kernel time as torch's own table totals it: charged to the operators that launched the kernels
+    # (the kernels' own rows repeat it).
+    device_us = sum(event.self_device_time_total for event in averages
+                    if event.device_type == DeviceType.CPU) if with_device else 0
     step_s = timings.get("timing_s/step", 0.0)
     lines = ["# stages (seconds)"]
     lines += [f"{key.removeprefix('timing_s/'):>16} {value:9.3f}" for key, value in timings.items()]
