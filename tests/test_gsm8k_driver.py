@@ -291,18 +291,20 @@ def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatc
 
 
 def test_only_counted_runs_reach_the_table():
-    def run(run_id, recipe, seed, stopped=None):
+    def run(run_id, recipe, seed, stopped=None, steps=8):
         tags = {"stopped_by_budget": stopped} if stopped else {}
-        return {"run_id": run_id, "recipe": recipe, "seed": seed, "model": "m", "tags": tags}
-    export = {"runs": [run("crash", "grpo", 1), run("timing", "rloo", 1, "after step 1"),
-                       run("old", "drgrpo", 0, "after step 3"), run("full", "drgrpo", 0),
-                       run("short", "ppo", 1, "after step 5"), run("kept", "grpo", 2)],
+        return {"run_id": run_id, "recipe": recipe, "seed": seed, "model": "m", "tags": tags, "steps": steps}
+    export = {"runs": [run("crash", "grpo", 1), run("timing", "rloo", 1, "after step 1", 1),
+                       run("old", "drgrpo", 0, "after step 3", 3), run("full", "drgrpo", 0),
+                       run("short", "ppo", 1, "after step 5", 5), run("shorter", "ppo", 1, "after step 4", 4),
+                       run("kept", "grpo", 2)],
               "evals": [{"run_id": "e1", "train_run_id": "timing"}, {"run_id": "e2", "train_run_id": "kept"}]}
     invocations = [{"counted": True, "jobs": [{"status": "crashed", "run_id": "crash"},
                                               {"status": "done", "run_id": "full"}]},
                    {"counted": False, "jobs": [{"status": "stopped", "run_id": "timing"}]}]
     kept = report.counted_runs(export, invocations)
-    # crashed: out; timing-only: out with its eval; a stopped run finished by a rerun: out; stopped alone: kept.
+    # crashed: out; timing-only: out with its eval; a stopped run finished by a rerun: out; of two stopped runs
+    # of one seed, the one that trained more steps: kept.
     assert [r["run_id"] for r in kept["runs"]] == ["full", "short", "kept"]
     assert [e["run_id"] for e in kept["evals"]] == ["e2"]
 

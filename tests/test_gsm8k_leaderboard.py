@@ -258,7 +258,8 @@ def test_readme_blocks_are_rewritten_between_their_markers(export, tmp_path):
     text = readme.read_text()
     assert text.startswith("# GRPO\n\nhand-written\n\n") and text.endswith("<!-- END gsm8k-leaderboard -->\n\nafter\n")
     assert "| grpo | 3 | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ |" in text and "| dapo |" not in text
-    assert "Rerun: `bash bench/gsm8k_leaderboard.sh --recipes grpo drgrpo --steps 25 --eval-before`" in text
+    assert ("Rerun: `bash bench/gsm8k_leaderboard.sh --recipes grpo drgrpo --steps 25 --prompts 64 --n 8 "
+            "--max-response 384 --lr 1e-05 --temperature 0.7 --format-score 0.1 --eval-before`") in text
     assert update_recipe_readmes(section, tmp_path, "results/gsm8k_leaderboard/runs.json") == []  # unchanged
     assert render_block(None, ["ppo"], "x").startswith("No runs of `ppo` from a pretrained model on GSM8K")
 

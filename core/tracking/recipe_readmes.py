@@ -25,6 +25,9 @@ TINY_BLOCK = re.compile(r"(<!-- BEGIN tiny-leaderboard: (?P<recipes>[\w -]+?) --
                         r"(<!-- END tiny-leaderboard -->)", re.S)
 DRIVER = "bash bench/gsm8k_leaderboard.sh"
 TINY_DRIVER = "python bench/tiny_baselines.py"
+BUDGET_FLAGS = (("--steps", "trainer.total_steps"), ("--prompts", "data.train_batch_size"), ("--n", "rollout.n"),
+                ("--max-response", "data.max_response_length"), ("--lr", "actor.lr"),
+                ("--temperature", "rollout.temperature"), ("--format-score", "reward.format_score"))
 
 
 def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -> str:
@@ -34,8 +37,7 @@ def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -
     if not rows:
         return (f"No runs of {', '.join(f'`{r}`' for r in recipes)} from a pretrained model on GSM8K in the "
                 f"committed export yet; `{rerun}` makes them.\n")
-    steps = Counter(str(member.train_run["params"].get("trainer.total_steps")) for row in rows for member in row.runs)
-    rerun = rerun.replace(" --eval-before", f" --steps {steps.most_common(1)[0][0]} --eval-before")
+    rerun = rerun.replace(" --eval-before", f"{budget_flags(rows)} --eval-before")
     several_models = len({row.model for row in rows}) > 1
     header = ["recipe", "seeds", *[column.name for column in section.columns], "steps"]
     lines = [f"From pretrained `{rows[0].model}` on GSM8K: the rows of `results/leaderboard.md`, generated from "
@@ -50,6 +52,16 @@ def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -
         lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
     lines += ["", f"Rerun: `{rerun}` (its table: `outputs/gsm8k_leaderboard/leaderboard.md`)."]
     return "\n".join(lines) + "\n"
+
+
+def budget_flags(rows) -> str:
+    """The driver flags that give the rows' budget (each flag's most common value among their runs)."""
+    flags = ""
+    for flag, param in BUDGET_FLAGS:
+        values = Counter(member.train_run["params"].get(param) for row in rows for member in row.runs)
+        value = values.most_common(1)[0][0]
+        flags += f" {flag} {value}" if value is not None else ""
+    return flags
 
 
 def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: str) -> str:
