@@ -73,7 +73,8 @@ RANGES = {  # key -> the valid range, as the error states it
         "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "actor.micro_batch_tokens",
         "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
         "reward.num_workers", "algorithm.filter_groups.max_num_gen_batches", "trainer.total_steps",
-        "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers"], "≥ 1"),
+        "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers",
+        "trainer.partial_rollout_chunk"], "≥ 1"),
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
@@ -254,6 +255,10 @@ def check_algorithm(resolved: dict) -> None:
 def check_schedule(resolved: dict) -> None:
     """What cannot run off-policy, or beside a training step: refused by every schedule but `sync`."""
     schedule = resolved["trainer"]["schedule"]
+    if resolved["trainer"]["partial_rollout"] and schedule != "async":
+        raise ConfigError(f"trainer.partial_rollout=true with trainer.schedule={schedule} — partial rollouts "
+                          "resume a generation on newer weights, which only the async schedule allows; set "
+                          "trainer.schedule=async or trainer.partial_rollout=false")
     if schedule == "sync":
         return
     refusals = {

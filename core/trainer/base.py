@@ -91,10 +91,11 @@ class BaseTrainer:
         return result
 
     # ---- the steps: override what your algorithm changes ---------------------------------------
-    def generate(self, prompts: Batch) -> Batch:
-        """n samples per prompt; each prompt's samples share a `uid` (its group)."""
+    def generate(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
+        """n samples per prompt; each prompt's samples share a `uid` (its group). `params`: the step's
+        sampling by default; partial rollouts (core/rollout/partial.py) pass a shorter token budget."""
         prompts.non_tensors["uid"] = np.array([f"{i}" for i in prompts["index"]], dtype=object)
-        return self.actor_rollout.generate(prompts, self.sampling_params())
+        return self.actor_rollout.generate(prompts, params or self.sampling_params())
 
     def compute_rewards(self, batch: Batch) -> Batch:
         scores, info = self.reward_manager(batch)

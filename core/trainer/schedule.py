@@ -9,8 +9,8 @@
   which are generated on the spot (staleness 0).
 - `async` (bounded staleness): a rollout thread keeps up to `trainer.max_staleness` batches generated
   ahead, each on the newest weights when its generation starts; a weight sync waits only for the
-  generation in flight. Not yet: a streaming buffer of single groups, and partial rollouts that are
-  interrupted by a sync and resumed on the new weights.
+  generation in flight, which finishes on the old weights or, with `trainer.partial_rollout`, is
+  interrupted and resumed on the new ones (partial rollouts). Not yet: a streaming buffer of single groups.
 
 What overlaps with what under `one_step_off` (and likewise `async`): from the start of step k until its
 weight sync, a thread of the trainer process runs the rollout engine's `generate` for step k+1 while the
@@ -37,6 +37,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from core.data.batch import Batch
+from core.rollout.partial import generate_in_segments
 from core.tracking.metrics import timed
 from core.trainer.metrics import staleness_metrics
 
@@ -147,9 +148,11 @@ class OneStepOffSchedule(SyncSchedule):
 
 class AsyncSchedule(OneStepOffSchedule):
     """Up to `trainer.max_staleness` batches generated ahead, one after the other, each on the weights loaded
-    when its generation starts; a weight sync waits only for the generation in flight (which finishes on
-    the old weights), not for the queued ones. A batch drawn at step j trains at step j + max_staleness at
-    the latest, so it is at most max_staleness versions old. Which version each batch gets depends on
+    when its generation starts; a weight sync waits only for the generation in flight, not for the queued
+    ones. The generation in flight finishes on the old weights, or, with `trainer.partial_rollout`, is
+    interrupted within `trainer.partial_rollout_chunk` tokens and resumed on the new ones
+    (core/rollout/partial.py). A batch drawn at step j trains at step j + max_staleness at the latest, so
+    its oldest token is at most max_staleness versions old. Which version each batch gets depends on
     timing, so runs are not bit-reproducible."""
 
     name = "async"
@@ -157,9 +160,53 @@ class AsyncSchedule(OneStepOffSchedule):
     def __init__(self, trainer):
         super().__init__(trainer)
         self.max_staleness = trainer.config.trainer.max_staleness
+        self.no_sync_waiting = threading.Event()  # cleared while a weight sync waits for the engine
+        self.no_sync_waiting.set()
 
     def _wait_before_sync(self) -> None:
         """Nothing to wait for beyond the engine lock."""
+
+    @contextmanager
+    def weight_sync(self):
+        self.no_sync_waiting.clear()  # a partial rollout lets the sync in before its next segment
+        try:
+            with super().weight_sync():
+                yield
+        finally:
+            self.no_sync_waiting.set()
+
+    def _generate(self, prompts: Batch) -> tuple[Batch, float]:
+        trainer = self.trainer
+        if not trainer.config.trainer.partial_rollout:
+            return super()._generate(prompts)
+        start, versions = time.perf_counter(), []
+
+        def before_segment() -> int:
+            self.no_sync_waiting.wait()
+            versions.append(self.version)
+            return self.version
+
+        def on_engine(generate):
+            def call(batch, params):
+                with self.engine:
+                    return generate(batch, params)
+            return call
+
+        tokenizer = trainer.tokenizer
+        batch = generate_in_segments(
+            on_engine(trainer.generate), on_engine(trainer.actor_rollout.generate), prompts,
+            trainer.sampling_params(), trainer.config.trainer.partial_rollout_chunk, before_segment,
+            tokenizer.eos_token_id, tokenizer.pad_token_id)
+        batch.non_tensors["policy_version"] = np.full(len(batch), versions[0], dtype=object)
+        return batch, time.perf_counter() - start
+
+    def _checked(self, batch: Batch) -> Batch:
+        batch = super()._checked(batch)
+        if "policy_version_last" in batch.non_tensors:
+            resumed = batch["policy_version_last"].astype(int) > batch["policy_version"].astype(int)
+            self.trainer.step_metrics["rollout_corr/partial_resumed_frac"] = float(resumed.mean())
+            self.trainer.step_metrics["rollout_corr/partial_segments"] = float(batch.meta["partial_rollout_segments"])
+        return batch
 
 
 SCHEDULES = {schedule.name: schedule for schedule in (SyncSchedule, OneStepOffSchedule, AsyncSchedule)}

@@ -20,10 +20,10 @@ from core.trainer.base import BaseTrainer
 
 
 class DAPOTrainer(BaseTrainer):
-    def generate(self, prompts: Batch) -> Batch:
+    def generate(self, prompts: Batch, params=None) -> Batch:
         filter_groups = self.config.algorithm.filter_groups
         if not filter_groups.enable:
-            return super().generate(prompts)
+            return super().generate(prompts, params)
         target = len(prompts)  # this rank's share of data.train_batch_size, in groups
         kept, num_kept, num_generated = [], 0, 0
         for round_ in range(1, filter_groups.max_num_gen_batches + 1):

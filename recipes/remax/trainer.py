@@ -23,9 +23,10 @@ class ReMaxTrainer(BaseTrainer):
                              f"{config.algorithm.adv_estimator!r} (use another recipe for that estimator)")
         super().__init__(config)
 
-    def generate(self, prompts):
-        batch = super().generate(prompts)  # n sampled responses per prompt: the ones trained on
-        greedy = self.actor_rollout.generate(prompts, replace(self.sampling_params(), n=1, temperature=0.0))
+    def generate(self, prompts, params=None):
+        params = params or self.sampling_params()
+        batch = super().generate(prompts, params)  # n sampled responses per prompt: the ones trained on
+        greedy = self.actor_rollout.generate(prompts, replace(params, n=1, temperature=0.0))
         greedy_scores, _ = self.reward_manager(greedy)  # task score only: the baseline has no KL term
         # Matched by uid (the prompt's group), not by position, so the alignment cannot drift.
         baseline_of = dict(zip(greedy["uid"], greedy_scores.sum(-1).tolist()))
