@@ -268,14 +268,7 @@ def collate_prompts(items: Sequence[PromptItem], pad_token_id: int) -> Batch:
     """LEFT-padded prompts (generation continues from the right edge) and their per-row values."""
     if not items:
         raise ValueError("collate_prompts: no items to collate")
-    width = max(len(item.prompt_ids) for item in items)
-    input_ids = torch.full((len(items), width), pad_token_id, dtype=torch.long)  # (B, T_prompt)
-    attention_mask = torch.zeros((len(items), width), dtype=torch.long)  # (B, T_prompt)
-    for row, item in enumerate(items):
-        n = len(item.prompt_ids)
-        if n:
-            input_ids[row, width - n:] = torch.tensor(item.prompt_ids, dtype=torch.long)
-            attention_mask[row, width - n:] = 1
+    input_ids, attention_mask = left_padded([item.prompt_ids for item in items], pad_token_id)
     non_tensors = {
         "data_source": _object_array([item.data_source for item in items]),
         "ground_truth": _object_array([item.ground_truth for item in items]),
@@ -284,6 +277,18 @@ def collate_prompts(items: Sequence[PromptItem], pad_token_id: int) -> Batch:
         "extra_info": _object_array([item.extra_info for item in items]),
     }
     return Batch({"input_ids": input_ids, "attention_mask": attention_mask}, non_tensors).check("dataset")
+
+
+def left_padded(sequences: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token sequences as LEFT-padded (input_ids, attention_mask), each (B, longest)."""
+    width = max(len(ids) for ids in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        if ids:
+            input_ids[row, width - len(ids):] = torch.tensor(list(ids), dtype=torch.long)
+            attention_mask[row, width - len(ids):] = 1
+    return input_ids, attention_mask
 
 
 def _object_array(values: list) -> np.ndarray:

@@ -74,6 +74,19 @@ def assemble_rollout(prompts: Batch, responses: torch.Tensor, rollout_log_probs:
     return out.check("rollout", expected_size=len(prompts) * n)
 
 
+def rollout_from_token_lists(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[float]],
+                             pad_token_id: int, eos_token_id: int, n: int) -> Batch:
+    """The rollout batch of responses given as token lists (one per sample, in the order of `prompts`
+    repeated n times, interleaved) with each token's log-prob: right-padded, then `assemble_rollout`."""
+    width = max(1, max(len(ids) for ids in token_ids))
+    responses = torch.full((len(token_ids), width), pad_token_id, dtype=torch.long)  # (B, T_resp)
+    padded_log_probs = torch.zeros((len(token_ids), width), dtype=torch.float32)  # (B, T_resp)
+    for row, (ids, row_log_probs) in enumerate(zip(token_ids, log_probs, strict=True)):
+        responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        padded_log_probs[row, : len(row_log_probs)] = torch.tensor(row_log_probs, dtype=torch.float32)
+    return assemble_rollout(prompts, responses, padded_log_probs, eos_token_id, n)
+
+
 def concat_rollouts(batches: list[Batch], pad_token_id: int) -> Batch:
     """Concatenate rollout batches of different widths (e.g. several generation rounds of a step).
 

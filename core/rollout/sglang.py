@@ -28,7 +28,7 @@ import torch
 
 from core.config import ConfigError
 from core.data.batch import Batch
-from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout
+from core.rollout.base import RolloutBackend, SamplingParams, rollout_from_token_lists
 from core.rollout.placement import EnginePlacement
 
 SGLANG_VERSION = "0.5.17"  # the release this backend is written against (its post releases pass too)
@@ -191,15 +191,10 @@ class SGLangRollout(RolloutBackend):
         input_ids = [ids[mask.bool()].tolist() for ids, mask in zip(repeated["input_ids"], repeated["attention_mask"])]
         outputs = self.engine.generate(input_ids=input_ids, sampling_params=sampling_dict(params, self.tokenizer),
                                        return_logprob=True)
-        width = max(1, max(len(out["output_ids"]) for out in outputs))
-        responses = torch.full((len(outputs), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        log_probs = torch.zeros((len(outputs), width), dtype=torch.float32)  # (B, T_resp)
-        for row, out in enumerate(outputs):
-            ids = out["output_ids"]
-            responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            token_logprobs = [entry[0] for entry in out["meta_info"]["output_token_logprobs"]]
-            log_probs[row, : len(token_logprobs)] = torch.tensor(token_logprobs, dtype=torch.float32)
-        return assemble_rollout(prompts, responses, log_probs, self.tokenizer.eos_token_id, params.n)
+        token_ids = [list(out["output_ids"]) for out in outputs]
+        log_probs = [[entry[0] for entry in out["meta_info"]["output_token_logprobs"]] for out in outputs]
+        return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id,
+                                        self.tokenizer.eos_token_id, params.n)
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
         """Hand the trained weights (HF names) to the engine: a state dict, or (name, tensor) pairs. They go

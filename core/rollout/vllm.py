@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from core.data.batch import Batch
-from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout
+from core.rollout.base import RolloutBackend, SamplingParams, rollout_from_token_lists
 from core.rollout.placement import EnginePlacement
 
 # Set before vllm is imported: the engine core must live in this process (weights are handed
@@ -121,15 +121,11 @@ class VLLMRollout(RolloutBackend):
         per_request = [self._vllm_params(replace(params, seed=s)) for s in request_seeds(seed, len(pooled))]
         outputs = self.llm.generate(requests, per_request, use_tqdm=False, lora_request=self.lora_request)
         sequences = [completion for request in outputs[own_rows] for completion in request.outputs]  # n per prompt
-        width = max(1, max(len(c.token_ids) for c in sequences))
-        responses = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        log_probs = torch.zeros((len(sequences), width), dtype=torch.float32)  # (B, T_resp)
-        for row, completion in enumerate(sequences):
-            ids = list(completion.token_ids)
-            responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            log_probs[row, : len(ids)] = torch.tensor(
-                [step[token].logprob for step, token in zip(completion.logprobs, ids)], dtype=torch.float32)
-        return assemble_rollout(prompts, responses, log_probs, self.tokenizer.eos_token_id, params.n)
+        token_ids = [list(completion.token_ids) for completion in sequences]
+        log_probs = [[step[token].logprob for step, token in zip(completion.logprobs, ids)]
+                     for completion, ids in zip(sequences, token_ids)]
+        return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id,
+                                        self.tokenizer.eos_token_id, params.n)
 
     def _vllm_params(self, params: SamplingParams):
         sampling = {"temperature": 0.0} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p}

@@ -10,8 +10,6 @@ whose workers' kernels it does not see.
 
 from __future__ import annotations
 
-import gzip
-import shutil
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -40,11 +38,7 @@ def _profiled(stem: Path, timings: dict[str, float], with_trace: bool):
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".txt").write_text(profile_summary(prof, timings, ProfilerActivity.CUDA in activities))
     if with_trace:
-        raw = stem.with_suffix(".json")
-        prof.export_chrome_trace(str(raw))
-        with raw.open("rb") as src, gzip.open(f"{raw}.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        raw.unlink()
+        prof.export_chrome_trace(str(stem.with_suffix(".json.gz")))  # torch gzips a path ending in .gz
     print(f"profile of {stem.name} written to {stem.with_suffix('.txt')}", flush=True)
 
 
