@@ -23,15 +23,17 @@ def row(r: dict, weights: str) -> str:
     stages = r["stages_s"]
     peaks = r.get("peak_memory_gib") or []
     memory = f"{' / '.join(_fmt(p) for p in peaks)} of {_fmt(max(r['memory_total_gib']))}" if peaks else "–"
-    return (f"| {weights} | {r['gpus']} | {_fmt(r['median_step_s'])} | {_fmt(stages.get('gen'))} | "
+    graphs = "CUDA graphs" if "rollout.enforce_eager=false" in r["command"] else "eager"
+    return (f"| {weights} | {r.get('device', '–')} × {r['gpus']} | {graphs} | {_fmt(r['median_step_s'])} | "
+            f"{_fmt(stages.get('gen'))} | "
             f"{_fmt(stages.get('update_actor'))} | {_fmt(stages.get('sync_weights'), '.2f')} | "
             f"{_fmt(r['generated_tokens_per_s_per_gpu'], '.0f')} | {_fmt(r['trained_tokens_per_s_per_gpu'], '.0f')} | "
             f"{memory} |")
 
 
 def table(lora: list[dict], full: list[dict]) -> list[str]:
-    lines = ["| weights | GPUs | step s | gen s | update s | sync s | gen tok/s/GPU | trained tok/s/GPU | "
-             "peak GiB per GPU |", "|" + "---|" * 9]
+    lines = ["| weights | GPUs | vLLM | step s | gen s | update s | sync s | gen tok/s/GPU | trained tok/s/GPU | "
+             "peak GiB per GPU |", "|" + "---|" * 10]
     lines += [row(r, f"LoRA r{r['lora']['rank']}, {r['sync']} sync") for r in lora]
     lines += [row(r, f"full ({r['controller']})") for r in full]
     return lines
@@ -61,7 +63,8 @@ def write_report(folder: Path, full_dir: Path = ROOT / "results/scale") -> Path:
              "`bash bench/lora_suite.sh` wrote (setup: `pip install -e . -r bench/requirements-gpu.txt`). "
              "Weights are random, built from the model's config (`model.init=random`); the adapters cover every "
              "linear layer; vLLM is colocated and sleeps while the policy trains. Times are medians over the steps "
-             "after step 1; `sync s` is the weight sync into vLLM after each update; peak memory is nvidia-smi's."
+             "after step 1; `sync s` is the weight sync into vLLM after each update; peak memory is nvidia-smi's. "
+             "*vLLM*: eager is `rollout.enforce_eager=true`, the config's default."
              + (" Full-weight rows come from bench/scale_suite.sh (results/scale)." if full else ""), ""]
     lines += table(lora, full) if lora else ["No results yet: run `bash bench/lora_suite.sh` on a GPU machine."]
     lines += faster_sync(lora)

@@ -87,13 +87,20 @@ def run_one(args, sync: str, model: Path, work: Path) -> dict:
     summary = summarise(step_history(store, name, EXPERIMENT), 1, config)
     summary.pop("update_mfu")  # counts full-weight gradients, which a frozen base does not compute
     result = {"name": name, "recipe": "grpo", "model": f"{model.name.removeprefix('model-')} (random init from its config)",
-              "gpus": 1, "sync": sync, "lora": {"rank": args.rank, "alpha": 2 * args.rank, "target_modules": "all-linear"},
+              "gpus": 1, "device": gpu_name(), "sync": sync,
+              "lora": {"rank": args.rank, "alpha": 2 * args.rank, "target_modules": "all-linear"},
               "rollout": args.rollout, "commit": git_commit(), "command": " ".join(command[1:]), "wall_s": wall,
               "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               "sync_s": summary["stages_s"].get("sync_weights"), **summary}
     print(f"[lora] {name}: {result['median_step_s']:.1f} s/step, sync {result['sync_s']:.2f} s "
           f"(medians after step 1), wall {wall:.0f} s", flush=True)
     return result
+
+
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
 
 
 def main(argv=None) -> int:
