@@ -65,6 +65,7 @@ KINDS_BEYOND_DEFAULT = {
     "actor.compile_layers": ("str", "bool"),
     "actor.lora.rank": ("int", "null"),  # null = off
     "actor.lora.target_modules": ("str", "list"),  # all-linear or module names
+    "trainer.stream_groups": ("int", "null"),  # null = whole batches
 }
 RANGES = {  # key -> the valid range, as the error states it
     **dict.fromkeys([
@@ -74,7 +75,7 @@ RANGES = {  # key -> the valid range, as the error states it
         "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
         "reward.num_workers", "algorithm.filter_groups.max_num_gen_batches", "trainer.total_steps",
         "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers",
-        "trainer.partial_rollout_chunk"], "≥ 1"),
+        "trainer.partial_rollout_chunk", "trainer.stream_groups"], "≥ 1"),
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
@@ -114,6 +115,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_algorithm(resolved)
     check_lora(resolved)
     check_schedule(resolved)
+    check_stream_groups(resolved)
     check_placement(resolved)
     check_profile_steps(resolved)
     return resolved
@@ -275,6 +277,19 @@ def check_schedule(resolved: dict) -> None:
         if refused:
             raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.schedule={schedule} — {why}; "
                               "run it with trainer.schedule=sync")
+
+
+def check_stream_groups(resolved: dict) -> None:
+    groups, schedule = resolved["trainer"]["stream_groups"], resolved["trainer"]["schedule"]
+    if groups is None:
+        return
+    if schedule != "async":
+        raise ConfigError(f"trainer.stream_groups={groups} with trainer.schedule={schedule} — streaming groups is "
+                          "part of the async schedule; set trainer.schedule=async or trainer.stream_groups=null")
+    batch_size = resolved["data"]["train_batch_size"]
+    if groups > batch_size:
+        raise ConfigError(f"trainer.stream_groups={groups} is more than data.train_batch_size={batch_size} — "
+                          f"expected at most the {batch_size} groups of one step, or null for a whole batch per call")
 
 
 def check_profile_steps(resolved: dict) -> None:

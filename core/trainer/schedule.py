@@ -10,7 +10,11 @@
 - `async` (bounded staleness): a rollout thread keeps up to `trainer.max_staleness` batches generated
   ahead, each on the newest weights when its generation starts; a weight sync waits only for the
   generation in flight, which finishes on the old weights or, with `trainer.partial_rollout`, is
-  interrupted and resumed on the new ones (partial rollouts). Not yet: a streaming buffer of single groups.
+  interrupted and resumed on the new ones (partial rollouts). With `trainer.stream_groups=k` the thread
+  generates a batch k prompts' groups at a time, each part on the weights loaded when it starts, into a
+  buffer of finished groups; a step takes its batch's groups as soon as the last of them is finished, and
+  a sync waits for one part at most. `rollout_corr/stream_buffer_groups`: the finished groups waiting
+  when a step takes its batch (its own included), never more than max_staleness batches' worth.
 
 What overlaps with what under `one_step_off` (and likewise `async`): from the start of step k until its
 weight sync, a thread of the trainer process runs the rollout engine's `generate` for step k+1 while the
@@ -33,10 +37,12 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 
 from core.data.batch import Batch
+from core.rollout.base import SamplingParams, concat_rollouts
 from core.rollout.partial import generate_in_segments
 from core.tracking.metrics import timed
 from core.trainer.metrics import staleness_metrics
@@ -73,10 +79,12 @@ class SyncSchedule:
     def close(self) -> None:
         """Nothing runs in the background."""
 
-    def _generate(self, prompts: Batch) -> tuple[Batch, float]:
+    def _generate(self, prompts: Batch, params: SamplingParams | None = None) -> tuple[Batch, float]:
         """(rollout batch tagged with the engine's weight version, seconds it took)."""
         version, start = self.version, time.perf_counter()
-        batch = self.trainer.generate(prompts)
+        # Only the parts of a streamed batch bring sampling params (their own seeds): a recipe's
+        # `generate(prompts)` need not take them otherwise.
+        batch = self.trainer.generate(prompts) if params is None else self.trainer.generate(prompts, params)
         batch.non_tensors["policy_version"] = np.full(len(batch), version, dtype=object)
         return batch, time.perf_counter() - start
 
@@ -97,24 +105,33 @@ class OneStepOffSchedule(SyncSchedule):
         super().__init__(trainer)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout")
         self.engine = threading.Lock()  # held while the rollout engine generates or loads weights
-        # Rollouts prefetched for the next steps, oldest first, each with the data position before its prompts.
-        self.pending: deque[tuple[Future, dict]] = deque()
+        # Rollouts prefetched for the next steps, oldest first: each batch's parts, generated one after the
+        # other, and the data position before its prompts.
+        self.pending: deque[tuple[list[Future], dict]] = deque()
 
     def next_rollout(self) -> Batch:
         if self.pending:
-            batch, seconds = self.pending.popleft()[0].result()
-            self.trainer.timings["timing_s/gen_background"] = seconds
+            batch = self._finished(self.pending.popleft()[0])
         else:  # the first step, or the first after a resume: nothing was prefetched
             batch = self._generate(next(self.trainer.train_loader))[0]
         steps_left = self.trainer.config.trainer.total_steps - self.trainer.global_step
         while len(self.pending) < min(self.max_staleness, steps_left):
             position = self.trainer.train_loader.state_dict()
-            self.pending.append((self.executor.submit(self._generate, next(self.trainer.train_loader)), position))
+            self.pending.append((self._submit(next(self.trainer.train_loader)), position))
         return self._checked(batch)
 
-    def _generate(self, prompts: Batch) -> tuple[Batch, float]:
+    def _submit(self, prompts: Batch) -> list[Future]:
+        return [self.executor.submit(self._generate, prompts)]
+
+    def _finished(self, parts: list[Future]) -> Batch:
+        """A prefetched batch, once every part of it is generated (raising a part's error)."""
+        rollouts = [part.result() for part in parts]
+        self.trainer.timings["timing_s/gen_background"] = sum(seconds for _, seconds in rollouts)
+        return concat_rollouts([batch for batch, _ in rollouts], self.trainer.tokenizer.pad_token_id)
+
+    def _generate(self, prompts: Batch, params: SamplingParams | None = None) -> tuple[Batch, float]:
         with self.engine:
-            return super()._generate(prompts)
+            return super()._generate(prompts, params)
 
     @contextmanager
     def weight_sync(self):
@@ -129,8 +146,9 @@ class OneStepOffSchedule(SyncSchedule):
 
     def _wait_before_sync(self) -> None:
         """Every prefetched batch is generated before the weights change: each is exactly one version old."""
-        for future, _ in self.pending:
-            future.exception()  # waits; its error, if any, is raised where the batch is used
+        for parts, _ in self.pending:
+            for part in parts:
+                part.exception()  # waits; its error, if any, is raised where the batch is used
 
     @contextmanager
     def rollout_engine(self):
@@ -153,32 +171,58 @@ class AsyncSchedule(OneStepOffSchedule):
     interrupted within `trainer.partial_rollout_chunk` tokens and resumed on the new ones
     (core/rollout/partial.py). A batch drawn at step j trains at step j + max_staleness at the latest, so
     its oldest token is at most max_staleness versions old. Which version each batch gets depends on
-    timing, so runs are not bit-reproducible."""
+    timing, so runs are not bit-reproducible.
+
+    With `trainer.stream_groups=k` each batch is generated in parts of k prompts' groups, so a batch's later
+    groups start on newer weights and a sync waits for one part, not a batch. Prompts are still drawn a
+    batch at a time, when a step takes its own: the prompts ahead of any part, generating or not, are
+    never more than max_staleness batches, so no group can exceed the bound and none is dropped; and a
+    step's groups are one batch of prompts, so `loader_state` is exact."""
 
     name = "async"
 
     def __init__(self, trainer):
         super().__init__(trainer)
         self.max_staleness = trainer.config.trainer.max_staleness
+        self.stream_groups = trainer.config.trainer.stream_groups  # prompts per part; None: the whole batch
         self.no_sync_waiting = threading.Event()  # cleared while a weight sync waits for the engine
         self.no_sync_waiting.set()
+
+    def _submit(self, prompts: Batch) -> list[Future]:
+        if not self.stream_groups:
+            return super()._submit(prompts)
+        params = self.trainer.sampling_params()  # seeded by the data position just past these prompts
+        return [self.executor.submit(self._generate, part, _part_seeded(params, number))
+                for number, part in enumerate(prompts.split(self.stream_groups))]
+
+    def _finished(self, parts: list[Future]) -> Batch:
+        batch = super()._finished(parts)
+        later = [part.result()[0] for batch_parts, _ in self.pending for part in batch_parts
+                 if part.done() and part.exception() is None]
+        waiting = len(batch) + sum(map(len, later))
+        self.trainer.step_metrics["rollout_corr/stream_buffer_groups"] = waiting // self.trainer.config.rollout.n
+        if "partial_rollout_segments" in batch.meta:  # the longest part's, not the first's
+            batch.meta["partial_rollout_segments"] = max(part.result()[0].meta["partial_rollout_segments"]
+                                                         for part in parts)
+        return batch
 
     def _wait_before_sync(self) -> None:
         """Nothing to wait for beyond the engine lock."""
 
     @contextmanager
     def weight_sync(self):
-        self.no_sync_waiting.clear()  # a partial rollout lets the sync in before its next segment
+        self.no_sync_waiting.clear()  # the rollout thread lets the sync in before its next part or segment
         try:
             with super().weight_sync():
                 yield
         finally:
             self.no_sync_waiting.set()
 
-    def _generate(self, prompts: Batch) -> tuple[Batch, float]:
+    def _generate(self, prompts: Batch, params: SamplingParams | None = None) -> tuple[Batch, float]:
         trainer = self.trainer
         if not trainer.config.trainer.partial_rollout:
-            return super()._generate(prompts)
+            self.no_sync_waiting.wait()  # a waiting weight sync goes before the next batch or part
+            return super()._generate(prompts, params)
         start, versions = time.perf_counter(), []
 
         def before_segment() -> int:
@@ -195,7 +239,7 @@ class AsyncSchedule(OneStepOffSchedule):
         tokenizer = trainer.tokenizer
         batch = generate_in_segments(
             on_engine(trainer.generate), on_engine(trainer.actor_rollout.generate), prompts,
-            trainer.sampling_params(), trainer.config.trainer.partial_rollout_chunk, before_segment,
+            params or trainer.sampling_params(), trainer.config.trainer.partial_rollout_chunk, before_segment,
             tokenizer.eos_token_id, tokenizer.pad_token_id)
         batch.non_tensors["policy_version"] = np.full(len(batch), versions[0], dtype=object)
         return batch, time.perf_counter() - start
@@ -207,6 +251,12 @@ class AsyncSchedule(OneStepOffSchedule):
             self.trainer.step_metrics["rollout_corr/partial_resumed_frac"] = float(resumed.mean())
             self.trainer.step_metrics["rollout_corr/partial_segments"] = float(batch.meta["partial_rollout_segments"])
         return batch
+
+
+def _part_seeded(params: SamplingParams, number: int) -> SamplingParams:
+    """Part `number` of a batch gets a seed of its own: parts with one seed would draw the same random
+    numbers. A prime step keeps them off the seeds of neighbouring batches (97 apart per prompt)."""
+    return params if params.seed is None else replace(params, seed=params.seed + 104_729 * number)
 
 
 SCHEDULES = {schedule.name: schedule for schedule in (SyncSchedule, OneStepOffSchedule, AsyncSchedule)}
