@@ -29,9 +29,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_memory import run_logged  # noqa: E402
+
+from core.tracking.mlflow_tracker import git_commit as mlflow_git_commit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Prompts per GPU per step: the scripts' sequences per GPU cut so that 3 steps take minutes, not hours.
@@ -182,8 +185,8 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
 
 
 def git_commit() -> str:
-    probe = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return probe.stdout.strip() or "unknown"
+    """HEAD, `-dirty` when tracked files differ from it: a result of uncommitted code says so."""
+    return mlflow_git_commit(ROOT)
 
 
 def main(argv=None) -> int:
