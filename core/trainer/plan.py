@@ -29,32 +29,14 @@ def make_plan(config) -> dict:
     """Check every value a run depends on and return the plan as plain data (see `format_plan`)."""
     world, source = planned_world(config)
     resolved = validate_config(config, world=(world, source))  # the real run's check, at the world it asks for
-    data, actor, rollout, trainer = config.data, config.actor, config.rollout, config.trainer
+    data, rollout, trainer = config.data, config.rollout, config.trainer
     train_rows = check_data_schema(data_files_or_error(data, "train"), data.prompt_key, data.ground_truth_key,
                                    files_key="data.train_files")
     val_rows = check_data_schema(data_files_or_error(data, "val"), data.prompt_key, data.ground_truth_key,
                                  files_key="data.val_files")
-
-    seqs_per_mini = actor.ppo_mini_batch_size * rollout.n
-    per_device = seqs_per_mini // world
     steps_per_epoch = sum(train_rows.values()) // data.train_batch_size
-    notes = []
     package = ROLLOUT_PACKAGES[rollout.name]
     installed = package is None or importlib.util.find_spec(package) is not None
-    if not installed:
-        notes.append(f"rollout.name={rollout.name}: {package} is not installed here; the real run needs it where "
-                     "it runs (`recipezoo doctor` prints the install command)")
-    if CONTROLLER_PACKAGES[trainer.controller] and importlib.util.find_spec("ray") is None:
-        notes.append("trainer.controller=ray: ray is not installed here; the driver needs it (`recipezoo doctor`)")
-    if trainer.placement == "disaggregated" and trainer.schedule == "sync":
-        notes.append("trainer.placement=disaggregated with trainer.schedule=sync: the rollout workers idle while the "
-                     "training ranks update; one_step_off or async overlaps the two")
-    if trainer.controller == "local" and world > 1:
-        notes.append(f"controller=local runs one rank per process: start the real run under `torchrun "
-                     f"--nnodes={trainer.nnodes} --nproc_per_node={trainer.n_gpus_per_node}`")
-    if not steps_per_epoch:
-        notes.append(f"data.train_files hold {sum(train_rows.values())} prompts, fewer than "
-                     f"data.train_batch_size={data.train_batch_size}: the real run stops before step 1")
     return {
         "trainer": {"cls": trainer.cls, "controller": trainer.controller, "run_name": resolved["tracking"]["run_name"],
                     "output_dir": resolved["trainer"]["output_dir"], "tracking": list(config.tracking.backends)},
@@ -65,16 +47,7 @@ def make_plan(config) -> dict:
                       "device": trainer.device,
                       "pool": {"name": "global_pool", "devices": world},
                       "roles": placed_roles(config, world)},
-        "batch": {"prompts_per_step": data.train_batch_size,
-                  "sequences_per_step": data.train_batch_size * rollout.n,
-                  "ppo_mini_batch_size": actor.ppo_mini_batch_size,
-                  "mini_batches_per_step": data.train_batch_size // actor.ppo_mini_batch_size,
-                  "ppo_epochs": actor.ppo_epochs,
-                  "optimizer_steps_per_step": data.train_batch_size // actor.ppo_mini_batch_size * actor.ppo_epochs,
-                  "sequences_per_mini_batch": seqs_per_mini,
-                  "sequences_per_mini_batch_per_device": per_device,
-                  "micro_batch_size": min(actor.micro_batch_size, per_device),
-                  "grad_accumulation_steps": math.ceil(per_device / actor.micro_batch_size)},
+        "batch": batch_summary(config, world),
         "lengths": {"prompt": data.max_prompt_length, "response": data.max_response_length},
         "steps": {"total_steps": trainer.total_steps, "steps_per_epoch": steps_per_epoch,
                   "epochs": trainer.total_steps / steps_per_epoch if steps_per_epoch else None,
@@ -86,8 +59,46 @@ def make_plan(config) -> dict:
         "data": {"train": train_rows, "val": val_rows,
                  "fields": ["data_source", data.prompt_key, data.ground_truth_key]},
         "memory": memory_summary(config, world),
-        "notes": notes,
+        "notes": plan_notes(config, world, installed, sum(train_rows.values())),
     }
+
+
+def batch_summary(config, world: int) -> dict:
+    """How a step's prompts become sequences, mini-batches, optimizer steps and micro-batches per device."""
+    data, actor, rollout = config.data, config.actor, config.rollout
+    seqs_per_mini = actor.ppo_mini_batch_size * rollout.n
+    per_device = seqs_per_mini // world
+    return {"prompts_per_step": data.train_batch_size,
+            "sequences_per_step": data.train_batch_size * rollout.n,
+            "ppo_mini_batch_size": actor.ppo_mini_batch_size,
+            "mini_batches_per_step": data.train_batch_size // actor.ppo_mini_batch_size,
+            "ppo_epochs": actor.ppo_epochs,
+            "optimizer_steps_per_step": data.train_batch_size // actor.ppo_mini_batch_size * actor.ppo_epochs,
+            "sequences_per_mini_batch": seqs_per_mini,
+            "sequences_per_mini_batch_per_device": per_device,
+            "micro_batch_size": min(actor.micro_batch_size, per_device),
+            "grad_accumulation_steps": math.ceil(per_device / actor.micro_batch_size)}
+
+
+def plan_notes(config, world: int, rollout_installed: bool, train_prompts: int) -> list[str]:
+    """What the real run will need or do that the values alone do not show."""
+    data, rollout, trainer = config.data, config.rollout, config.trainer
+    notes = []
+    if not rollout_installed:
+        notes.append(f"rollout.name={rollout.name}: {ROLLOUT_PACKAGES[rollout.name]} is not installed here; the real "
+                     "run needs it where it runs (`recipezoo doctor` prints the install command)")
+    if CONTROLLER_PACKAGES[trainer.controller] and importlib.util.find_spec("ray") is None:
+        notes.append("trainer.controller=ray: ray is not installed here; the driver needs it (`recipezoo doctor`)")
+    if trainer.placement == "disaggregated" and trainer.schedule == "sync":
+        notes.append("trainer.placement=disaggregated with trainer.schedule=sync: the rollout workers idle while the "
+                     "training ranks update; one_step_off or async overlaps the two")
+    if trainer.controller == "local" and world > 1:
+        notes.append(f"controller=local runs one rank per process: start the real run under `torchrun "
+                     f"--nnodes={trainer.nnodes} --nproc_per_node={trainer.n_gpus_per_node}`")
+    if train_prompts < data.train_batch_size:
+        notes.append(f"data.train_files hold {train_prompts} prompts, fewer than "
+                     f"data.train_batch_size={data.train_batch_size}: the real run stops before step 1")
+    return notes
 
 
 def placed_roles(config, world: int) -> dict[str, int]:
@@ -243,7 +254,7 @@ def _kl_text(algo: dict) -> str:
 
 def format_plan(plan: dict) -> str:
     """The plan as the text `recipezoo train --dry-run` prints."""
-    res, batch, steps, algo, rollout = (plan[k] for k in ("resources", "batch", "steps", "algorithm", "rollout"))
+    res, steps, algo, rollout = (plan[k] for k in ("resources", "steps", "algorithm", "rollout"))
     unit = ("CPU process", "CPU processes") if res["device"] == "cpu" else ("GPU", "GPUs")
 
     def devices(n: int) -> str:
@@ -273,17 +284,7 @@ def format_plan(plan: dict) -> str:
         f"resources    {nodes} × {devices(res['n_gpus_per_node'])} = {world}, one pool "
         f"({res['pool']['name']}){no_gpu}{own_rollout}",
         f"roles        {placed}",
-        "batch sizes",
-        f"  prompts/step              {batch['prompts_per_step']}",
-        f"  sequences/step            {batch['sequences_per_step']}  "
-        f"({batch['prompts_per_step']} prompts × rollout.n {rollout['n']})",
-        f"  mini-batches/step         {batch['mini_batches_per_step']}  (actor.ppo_mini_batch_size "
-        f"{batch['ppo_mini_batch_size']} prompts) × ppo_epochs {batch['ppo_epochs']} = "
-        f"{batch['optimizer_steps_per_step']} optimizer steps",
-        f"  sequences/mini-batch      {batch['sequences_per_mini_batch']}  "
-        f"({batch['sequences_per_mini_batch_per_device']} per device)",
-        f"  micro-batch/device        {batch['micro_batch_size']} sequences, "
-        f"{batch['grad_accumulation_steps']} gradient-accumulation steps",
+        *_batch_lines(plan["batch"], rollout["n"]),
         f"lengths      prompt ≤ {lengths['prompt']} tokens, response ≤ {lengths['response']} tokens",
         f"steps        {steps['total_steps']} ({epochs})",
         f"validation   {every}; {steps['val_prompts']} prompts, {sampling}, {steps['val_n']} sample(s) each",
@@ -304,3 +305,20 @@ def format_plan(plan: dict) -> str:
     if plan["notes"]:
         lines += ["notes"] + [f"  - {note}" for note in plan["notes"]]
     return "\n".join(lines)
+
+
+def _batch_lines(batch: dict, n: int) -> list[str]:
+    """The dry run's batch-size block: prompts to sequences, mini-batches, optimizer steps, micro-batches."""
+    return [
+        "batch sizes",
+        f"  prompts/step              {batch['prompts_per_step']}",
+        f"  sequences/step            {batch['sequences_per_step']}  "
+        f"({batch['prompts_per_step']} prompts × rollout.n {n})",
+        f"  mini-batches/step         {batch['mini_batches_per_step']}  (actor.ppo_mini_batch_size "
+        f"{batch['ppo_mini_batch_size']} prompts) × ppo_epochs {batch['ppo_epochs']} = "
+        f"{batch['optimizer_steps_per_step']} optimizer steps",
+        f"  sequences/mini-batch      {batch['sequences_per_mini_batch']}  "
+        f"({batch['sequences_per_mini_batch_per_device']} per device)",
+        f"  micro-batch/device        {batch['micro_batch_size']} sequences, "
+        f"{batch['grad_accumulation_steps']} gradient-accumulation steps",
+    ]
