@@ -115,7 +115,7 @@ def main() -> int:
     prompts = prompt_batch(args.prompts, args.prompt_len, config.vocab_size)
     params = SamplingParams(n=1, temperature=1.0, top_p=1.0, max_new_tokens=args.new_tokens, seed=None)
     raw_params = vllm.SamplingParams(n=1, temperature=1.0, top_p=1.0, max_tokens=args.new_tokens, logprobs=0,
-                                     stop_token_ids=[eos])
+                                     flat_logprobs=True, stop_token_ids=[eos])
     requests = [{"prompt_token_ids": row.tolist()} for row in prompts["input_ids"]]
     inner = _time_engine_calls(engine)
     paths = {"raw vllm.LLM.generate": _raw(engine, requests, raw_params),

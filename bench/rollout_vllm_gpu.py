@@ -65,7 +65,7 @@ def main() -> int:
         seed = 1 if seeded else None
         params = SamplingParams(n=1, temperature=1.0, top_p=1.0, max_new_tokens=args.new_tokens, seed=seed)
         raw_params = vllm.SamplingParams(n=1, temperature=1.0, top_p=1.0, max_tokens=args.new_tokens, seed=seed,
-                                         logprobs=0, stop_token_ids=[eos])
+                                         logprobs=0, flat_logprobs=True, stop_token_ids=[eos])
         label = "seeded" if seeded else "unseeded"
         paths[f"raw vllm.LLM.generate, {label}"] = _raw(engine, raw_requests, raw_params)
         paths[f"recipezoo VLLMRollout, {label}"] = _ours(ours, prompts, params)

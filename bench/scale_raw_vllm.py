@@ -53,7 +53,7 @@ def main() -> None:
     llm = vllm.LLM(model=args.model, load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=0,
                    gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=prompt_len + response_len,
                    enforce_eager=False, logprobs_mode="processed_logprobs")
-    params = vllm.SamplingParams(n=n, temperature=1.0, max_tokens=response_len, logprobs=0, seed=0)
+    params = vllm.SamplingParams(n=n, temperature=1.0, max_tokens=response_len, logprobs=0, flat_logprobs=True, seed=0)
     rates = []
     for _ in range(args.rounds):
         start = time.perf_counter()

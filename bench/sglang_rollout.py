@@ -64,7 +64,7 @@ def raw_path(backend: str, engine, prompts, new_tokens: int, eos: int):
     from core.rollout.vllm import import_vllm
 
     params = import_vllm().SamplingParams(n=1, temperature=1.0, top_p=1.0, max_tokens=new_tokens, logprobs=0,
-                                 stop_token_ids=[eos])
+                                 flat_logprobs=True, stop_token_ids=[eos])
     return _raw(engine, [{"prompt_token_ids": row} for row in ids], params)
 
 

@@ -122,8 +122,7 @@ class VLLMRollout(RolloutBackend):
         outputs = self.llm.generate(requests, per_request, use_tqdm=False, lora_request=self.lora_request)
         sequences = [completion for request in outputs[own_rows] for completion in request.outputs]  # n per prompt
         token_ids = [list(completion.token_ids) for completion in sequences]
-        log_probs = [[step[token].logprob for step, token in zip(completion.logprobs, ids)]
-                     for completion, ids in zip(sequences, token_ids)]
+        log_probs = [sampled_log_probs(completion.logprobs) for completion in sequences]
         return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id,
                                         self.tokenizer.eos_token_id, params.n)
 
@@ -132,7 +131,7 @@ class VLLMRollout(RolloutBackend):
         if not params.greedy and params.top_k > 0:  # else vLLM's default: no top-k at all
             sampling["top_k"] = params.top_k
         return self._sampling_params_cls(n=params.n, max_tokens=params.max_new_tokens, seed=params.seed, logprobs=0,
-                                         stop_token_ids=[self.tokenizer.eos_token_id], **sampling)
+                                         flat_logprobs=True, stop_token_ids=[self.tokenizer.eos_token_id], **sampling)
 
     # ---- weights and memory -------------------------------------------------------------------
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -177,6 +176,13 @@ class VLLMRollout(RolloutBackend):
             _release_cached_memory()
             self.llm.wake_up(tags=asleep)
             self._awake = {"weights": True, "kv_cache": True}
+
+
+def sampled_log_probs(flat) -> list[float]:
+    """Each position's sampled-token log-prob from vLLM's `FlatLogprobs` (the sampled token's entry comes
+    first at each position). The flat form costs a few lists per response where the default costs a dict
+    and a Logprob object per token: 200k of each for 64 prompts × 8 × 384 tokens, all garbage-collected."""
+    return [flat.logprobs[start] for start in flat.start_indices]
 
 
 def request_seeds(seed: int | None, count: int) -> list[int | None]:
