@@ -145,7 +145,7 @@ def summarize(steps: list[dict], n_gpus: int) -> dict:
     }
 
 
-def main() -> int:
+def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--data", required=True)
@@ -161,21 +161,12 @@ def main() -> int:
     parser.add_argument("--no-vllm", action="store_true", help="HF generate instead of vLLM (CPU test path)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    return parser, args
 
-    completions = args.prompts_per_step * args.n
-    if completions % args.micro_batch:
-        parser.error(f"prompts-per-step x n = {completions} is not a multiple of --micro-batch {args.micro_batch}")
-    accumulation = completions // args.micro_batch
-    cuda = torch.cuda.is_available()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
-    dataset, dropped = load_prompts(args.data, tokenizer, args.max_prompt_len)
-    if len(dataset) < args.prompts_per_step:
-        parser.error(f"{len(dataset)} prompts fit --max-prompt-len; a step needs {args.prompts_per_step}")
-
-    config = GRPOConfig(
+def grpo_config(args, out: Path, accumulation: int, cuda: bool) -> GRPOConfig:
+    """TRL's settings for exactly our E2E step's work (the comments map each to ours)."""
+    return GRPOConfig(
         output_dir=str(out / "hf_trainer"),
         max_steps=args.steps,
         # per_device_train_batch_size counts completions. Generation batch = steps_per_generation micro-batches =
@@ -215,6 +206,25 @@ def main() -> int:
         shuffle_dataset=True, eval_strategy="no", save_strategy="no", logging_steps=1, report_to="none",
         disable_tqdm=True, seed=0,
     )
+
+
+def main() -> int:
+    parser, args = parse_args()
+
+    completions = args.prompts_per_step * args.n
+    if completions % args.micro_batch:
+        parser.error(f"prompts-per-step x n = {completions} is not a multiple of --micro-batch {args.micro_batch}")
+    accumulation = completions // args.micro_batch
+    cuda = torch.cuda.is_available()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    dataset, dropped = load_prompts(args.data, tokenizer, args.max_prompt_len)
+    if len(dataset) < args.prompts_per_step:
+        parser.error(f"{len(dataset)} prompts fit --max-prompt-len; a step needs {args.prompts_per_step}")
+
+    config = grpo_config(args, out, accumulation, cuda)
 
     timer = StepTimer(args.steps, completions, cuda)
     original_log_metrics = profiling.ProfilingContext._log_metrics
