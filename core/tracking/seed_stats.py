@@ -93,23 +93,35 @@ def plot_seed_curves(series: list[tuple[str, list[dict]]], panels: list[tuple[st
     from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
+    colors = series_colors(len(series))
     for axes, (key, panel_title) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels):
-        for label, runs in series:
+        for (label, runs), color in zip(series, colors):
             histories = [run["history"].get(key) for run in runs if run["history"].get(key)]
             if not histories:
                 continue
             steps, means, stds = mean_curve(histories)
-            (line,) = axes.plot(steps, means, label=label, marker="o" if len(steps) < 20 else None, markersize=3)
+            axes.plot(steps, means, label=label, color=color, marker="o" if len(steps) < 20 else None, markersize=3)
             axes.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
-                              color=line.get_color(), alpha=0.2, linewidth=0)
+                              color=color, alpha=0.15, linewidth=0)
         axes.set_title(panel_title, fontsize=9)
         axes.set_ylabel(key)
         axes.set_xlabel("step")
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.grid(alpha=0.3)
         if axes.lines:
-            axes.legend(fontsize=8)
+            axes.legend(fontsize=7, ncol=2 if len(axes.lines) > 8 else 1)
     figure.suptitle(title, fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100, format="png", metadata={"Software": None})
     return path
+
+
+def series_colors(count: int) -> list:
+    """One colour per series, the same in every panel (a panel without some series would otherwise shift
+    the default cycle); the 20 of tab20 where the 10 of the default cycle would repeat."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [f"C{i}" for i in range(count)]
+    palette = colormaps["tab20"].colors
+    return [palette[i % len(palette)] for i in range(count)]
