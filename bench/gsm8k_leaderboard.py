@@ -89,7 +89,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
     parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
                         f"started with less time left than this, so that it trains every step (default: --reserve-s "
-                        f"+ {MIN_TRAIN_S}, enough for one step)")
+                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest a finished job took")
     parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
     parser.add_argument("--data-dir", default=str(REPO / "data"), help="gsm8k/{train,test}.parquet, "
                         "math500/test.parquet, aime24/test.parquet; made with `recipezoo data` when missing")
@@ -340,12 +340,18 @@ def stop(job: Job) -> None:
 
 def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], command_of, deadline: float | None,
              devices: dict[str, str]) -> None:
-    """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute."""
+    """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute.
+    A queued job starts only with the time a job needs left before the deadline: --min-job-s, or the
+    longest a job of this invocation took to finish every step, if longer (a run stopped short of the
+    budget is a weaker row than one not started, which a rerun will make whole)."""
     queue, running, beat = [job for job in jobs if job.status == "queued"], [], time.time()
+    needed_s = args.min_job_s or args.reserve_s + MIN_TRAIN_S
     while queue or running:
         for job in [job for job in running if job.process.poll() is not None]:
             running.remove(job)
             finish_job(job, jobs, out, uri, devices)
+            if job.status == "done" and job.variant is not None:
+                needed_s = max(needed_s, job.ended - job.started)
         for job in running:
             if deadline is not None and time.time() > deadline + GRACE_S:
                 stop(job)
@@ -354,10 +360,11 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             gpu = min(gpus, key=lambda g: (load[g], gpus.index(g)))
             if load[gpu] >= args.runs_per_gpu:
                 break
-            if deadline is not None and deadline - time.time() < (args.min_job_s or args.reserve_s + MIN_TRAIN_S):
+            if deadline is not None and deadline - time.time() < needed_s:
                 for job in queue:
                     job.status = "not started"
-                    print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s", flush=True)
+                    print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s "
+                          f"(a job needs {needed_s:.0f} s)", flush=True)
                 queue.clear()
                 break
             job = queue.pop(0)

@@ -290,6 +290,28 @@ def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatc
     assert driver.parse_args([]).min_job_s is None
 
 
+def test_a_job_is_not_started_with_less_time_left_than_a_finished_job_took(tmp_path, monkeypatch, capsys):
+    """--min-job-s 150, but the first job took 300 s to train every step: with 250 s left the next one,
+    which would be stopped short of the budget, waits for a rerun instead."""
+    started = []
+
+    def start(job, *rest):
+        started.append(job.name)
+        job.started, job.process = time.time() - 300, type("Done", (), {"poll": lambda self: 0})()
+
+    def finish(job, *rest):
+        job.ended, job.status = job.started + 300, "done"
+
+    monkeypatch.setattr(driver, "start_job", start)
+    monkeypatch.setattr(driver, "finish_job", finish)
+    args = driver.parse_args(["--min-job-s", "150"])
+    jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
+    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 250, {})
+    assert started == ["grpo-seed0"] and [job.status for job in jobs] == ["done", "not started"]
+    expected = "not starting ppo-seed0: too little time left before --time-limit-s (a job needs 300 s)"
+    assert expected in capsys.readouterr().out
+
+
 def test_only_counted_runs_reach_the_table():
     def run(run_id, recipe, seed, stopped=None, steps=8):
         tags = {"stopped_by_budget": stopped} if stopped else {}
