@@ -143,9 +143,9 @@ def leaderboard_trainer(trainer_cls, turns: GpuTurns):
 
             self.actor_rollout.generate = counted
 
-        def generate(self, prompts):
+        def generate(self, prompts, params=None):
             turns.enter_step()
-            return super().generate(prompts)
+            return super().generate(prompts, params)
 
         def validate(self, step):
             turns.enter_step()

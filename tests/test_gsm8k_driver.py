@@ -185,8 +185,8 @@ class LoopTrainer:
                 if self._due(step, self.config.trainer.test_freq, total):
                     self.validate(step)
 
-    def generate(self, prompts):
-        return self.actor_rollout.generate(prompts, None)
+    def generate(self, prompts, params=None):  # BaseTrainer.generate's signature
+        return self.actor_rollout.generate(prompts, params)
 
     def validate(self, step):
         self.actor_rollout.generate(None, None)
