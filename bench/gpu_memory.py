@@ -14,6 +14,14 @@ import time
 from pathlib import Path
 
 
+def device_name() -> str:
+    """The first visible GPU's name as nvidia-smi gives it."""
+    if shutil.which("nvidia-smi") is None:
+        return "no NVIDIA GPU"
+    probe = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    return probe.stdout.strip().splitlines()[0] if probe.returncode == 0 and probe.stdout.strip() else "unknown"
+
+
 def read_used_total_mib() -> list[tuple[float, float]]:
     command = ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"]
     if os.environ.get("CUDA_VISIBLE_DEVICES"):  # only the GPUs this run can use, not a neighbour's job on the others

@@ -24,9 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_memory import run_logged  # noqa: E402
+from gpu_memory import device_name, run_logged  # noqa: E402
 from lora_report import write_report  # noqa: E402
-from scale_suite import git_commit, model_dir, step_history, summarise  # noqa: E402
+from scale_suite import model_dir, step_history, summarise  # noqa: E402 (puts the repo root on sys.path)
+
+from core.tracking.mlflow_tracker import git_commit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = "lora"
@@ -87,20 +89,14 @@ def run_one(args, sync: str, model: Path, work: Path) -> dict:
     summary = summarise(step_history(store, name, EXPERIMENT), 1, config)
     summary.pop("update_mfu")  # counts full-weight gradients, which a frozen base does not compute
     result = {"name": name, "recipe": "grpo", "model": f"{model.name.removeprefix('model-')} (random init from its config)",
-              "gpus": 1, "device": gpu_name(), "sync": sync,
+              "gpus": 1, "device": device_name(), "sync": sync,
               "lora": {"rank": args.rank, "alpha": 2 * args.rank, "target_modules": "all-linear"},
-              "rollout": args.rollout, "commit": git_commit(), "command": " ".join(command[1:]), "wall_s": wall,
+              "rollout": args.rollout, "commit": git_commit(ROOT), "command": " ".join(command[1:]), "wall_s": wall,
               "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               "sync_s": summary["stages_s"].get("sync_weights"), **summary}
     print(f"[lora] {name}: {result['median_step_s']:.1f} s/step, sync {result['sync_s']:.2f} s "
           f"(medians after step 1), wall {wall:.0f} s", flush=True)
     return result
-
-
-def gpu_name() -> str:
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
 
 
 def main(argv=None) -> int:

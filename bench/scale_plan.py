@@ -22,7 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_suite import ROOT, ensure_data, git_commit, model_dir, run_overrides, script_plan  # noqa: E402
+from scale_suite import ROOT, ensure_data, model_dir, run_overrides, script_plan  # noqa: E402 (puts the repo root on sys.path)
+
+from core.tracking.mlflow_tracker import git_commit  # noqa: E402
 
 DEVICES = {"H100 80GB": 80e9, "H200 141GB": 141e9}  # bytes; GB = 10^9 bytes, the unit of the GPUs' names
 PEAK_LIMIT = 0.95  # the suite's target: no GPU above 95% of its memory
@@ -114,7 +116,7 @@ def plan_one(args, recipe: str, controller: str, gpus: int, full: bool, model: P
     config = OmegaConf.create(planned["config"])
     memory = memory_by_device(config, model, planned["plan"]["resources"]["world_size"])
     return {"name": name, "recipe": recipe, "gpus": gpus, "controller": controller,
-            "settings": "script" if full else "scaled", "commit": git_commit(),
+            "settings": "script" if full else "scaled", "commit": git_commit(ROOT),
             # Run from the repository root, as the script itself is: paths inside it shown relative to it.
             "command": f"NGPUS={gpus} DATA={data} " + " ".join(command).replace(f"{ROOT}/", ""),
             "plan": {key: planned["plan"][key] for key in ("resources", "rollout", "batch", "lengths", "memory", "notes")},

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_memory import run_logged  # noqa: E402
 
-from core.tracking.mlflow_tracker import git_commit as mlflow_git_commit  # noqa: E402
+from core.tracking.mlflow_tracker import git_commit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Prompts per GPU per step: the scripts' sequences per GPU cut so that 3 steps take minutes, not hours.
@@ -175,18 +175,14 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
     config = json.loads((model / "config.json").read_text())
     result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": "script" if args.full else "scaled",
               "model": f"{model.name.removeprefix('model-')} (random init from its config)",
-              "controller": controller, "commit": git_commit(), "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
+              "controller": controller, "commit": git_commit(ROOT),
+              "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
               "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               **summarise(step_history(store, name), gpus, config)}
     peak = f"peak {max(result['peak_memory_gib']):.1f} GiB, " if result["peak_memory_gib"] else ""
     print(f"[scale] {name}: {result['median_step_s']:.1f} s/step (median after step 1), {peak}wall {wall:.0f} s",
           flush=True)
     return result
-
-
-def git_commit() -> str:
-    """HEAD, `-dirty` when tracked files differ from it: a result of uncommitted code says so."""
-    return mlflow_git_commit(ROOT)
 
 
 def main(argv=None) -> int:

@@ -29,7 +29,6 @@ import importlib.util
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_memory import PeakMemoryMonitor  # noqa: E402
+from gpu_memory import PeakMemoryMonitor, device_name  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTOR, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
@@ -144,13 +143,6 @@ def versions() -> dict:
         except importlib.metadata.PackageNotFoundError:
             found[name] = None
     return found
-
-
-def device_name() -> str:
-    if shutil.which("nvidia-smi") is None:
-        return "no NVIDIA GPU"
-    probe = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
-    return probe.stdout.strip().splitlines()[0] if probe.returncode == 0 and probe.stdout.strip() else "unknown"
 
 
 def run_verl(overrides: list[str], out: Path, timeout_s: int) -> dict:

@@ -24,7 +24,7 @@ def test_the_suite_runs_a_tiny_model_and_reports_it(random_model_dir, tmp_path):
     assert result["generated_tokens_per_s_per_gpu"] > 0 and result["trained_tokens_per_s_per_gpu"] > 0
     assert set(result["steps"]) == {"1", "2"} and "actor.lora.sync=merged" in result["command"]
     readme = (out / "README.md").read_text()
-    assert f"| LoRA r4, merged sync | CPU × 1 | eager | {result['median_step_s']:.1f} |" in readme
+    assert f"| LoRA r4, merged sync | {result['device']} × 1 | eager | {result['median_step_s']:.1f} |" in readme
 
 
 def test_adapter_sync_needs_vllm():
