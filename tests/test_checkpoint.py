@@ -39,10 +39,10 @@ class LengthRewardGRPO(GRPOTrainer):
 
 
 class CrashAtStep3(LengthRewardGRPO):
-    def generate(self, prompts):
+    def generate(self, prompts, params=None):
         if self.global_step == 3:
             raise RuntimeError("simulated crash at step 3")
-        return super().generate(prompts)
+        return super().generate(prompts, params)
 
 
 def overrides(fast_overrides, tmp_path, name, *extra):

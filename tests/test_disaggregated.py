@@ -112,9 +112,9 @@ def test_a_killed_rollout_worker_stops_the_run_by_name_and_the_last_checkpoint_r
                                                                                        tmp_path):
     """Killed at step 2 while generating step 3's batch in the background, or as step 2's weights stream to it."""
     class KillTheRolloutWorkerAtStep2(GRPOTrainer):
-        def generate(self, prompts):
+        def generate(self, prompts, params=None):
             self.kill_at("generate")
-            return super().generate(prompts)
+            return super().generate(prompts, params)
 
         def sync_weights(self):
             self.kill_at("sync_weights")

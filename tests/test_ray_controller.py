@@ -71,10 +71,10 @@ def test_two_ray_workers_take_the_same_ppo_step_as_two_torchrun_ranks(local_ray,
 
 def test_a_killed_worker_is_named_and_the_run_resumes_its_critic_too(local_ray, fast_overrides, tmp_path):
     class KillRank1AtStep2(PPOTrainer):
-        def generate(self, prompts):
+        def generate(self, prompts, params=None):
             if self.global_step == 2:
                 ray.kill(self.actor_rollout.workers[1])
-            return super().generate(prompts)
+            return super().generate(prompts, params)
 
     critic = {}  # the critic's weights just before and just after the resumed run loads its checkpoint
 

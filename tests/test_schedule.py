@@ -143,10 +143,10 @@ def test_a_rollout_worker_killed_mid_generation_stops_the_run_and_its_checkpoint
     from core.trainer.ray_controller import WorkerDiedError
 
     class KillRank1WhileGenerating(GRPOTrainer):
-        def generate(self, prompts):
+        def generate(self, prompts, params=None):
             if self.global_step == 2:  # the rollout for step 3, generating in the background during step 2
                 ray.kill(self.actor_rollout.workers[1])
-            return super().generate(prompts)
+            return super().generate(prompts, params)
 
     common = [f"model.path={random_model_dir}", "trainer.test_freq=0", "data.train_batch_size=4",
               "actor.ppo_mini_batch_size=2", "rollout.n=2", "data.max_response_length=6",

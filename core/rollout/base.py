@@ -94,6 +94,8 @@ def concat_rollouts(batches: list[Batch], pad_token_id: int) -> Batch:
     prompt side is left-padded and the response side right-padded to the widest; the responses stay
     the last T_resp tokens of `input_ids`, and `position_ids` are recomputed from the new mask.
     """
+    if len(batches) == 1:  # already as wide as itself (a schedule's batch generated in one part)
+        return batches[0]
     prompt_width = max(b["prompts"].shape[1] for b in batches)
     response_width = max(b["responses"].shape[1] for b in batches)
     padded = []

@@ -93,7 +93,8 @@ class BaseTrainer:
     # ---- the steps: override what your algorithm changes ---------------------------------------
     def generate(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """n samples per prompt; each prompt's samples share a `uid` (its group). `params`: the step's
-        sampling by default; partial rollouts (core/rollout/partial.py) pass a shorter token budget."""
+        sampling by default; partial rollouts (core/rollout/partial.py) pass a shorter token budget, and
+        the async schedule's streamed parts a seed of their own."""
         prompts.non_tensors["uid"] = np.array([f"{i}" for i in prompts["index"]], dtype=object)
         return self.actor_rollout.generate(prompts, params or self.sampling_params())
 

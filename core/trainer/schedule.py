@@ -82,9 +82,7 @@ class SyncSchedule:
     def _generate(self, prompts: Batch, params: SamplingParams | None = None) -> tuple[Batch, float]:
         """(rollout batch tagged with the engine's weight version, seconds it took)."""
         version, start = self.version, time.perf_counter()
-        # Only the parts of a streamed batch bring sampling params (their own seeds): a recipe's
-        # `generate(prompts)` need not take them otherwise.
-        batch = self.trainer.generate(prompts) if params is None else self.trainer.generate(prompts, params)
+        batch = self.trainer.generate(prompts, params)  # params: a streamed part's own seed, else the step's
         batch.non_tensors["policy_version"] = np.full(len(batch), version, dtype=object)
         return batch, time.perf_counter() - start
 
