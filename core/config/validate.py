@@ -116,6 +116,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_lora(resolved)
     check_schedule(resolved)
     check_stream_groups(resolved)
+    check_rollout_log_probs(resolved)
     check_placement(resolved)
     check_profile_steps(resolved)
     return resolved
@@ -290,6 +291,22 @@ def check_stream_groups(resolved: dict) -> None:
     if groups > batch_size:
         raise ConfigError(f"trainer.stream_groups={groups} is more than data.train_batch_size={batch_size} — "
                           f"expected at most the {batch_size} groups of one step, or null for a whole batch per call")
+
+
+def check_rollout_log_probs(resolved: dict) -> None:
+    """What reads the engine's per-token log-probs cannot run without them."""
+    if resolved["rollout"]["calculate_log_probs"]:
+        return
+    readers = {
+        "algorithm.rollout_correction.mode": (resolved["algorithm"]["rollout_correction"]["mode"] != NO_CORRECTION,
+                                              "its importance weights are π_old / π_rollout"),
+        "trainer.partial_rollout": (resolved["trainer"]["partial_rollout"],
+                                    "a resumed response keeps the log-probs of the weights that sampled its start"),
+    }
+    for key, (reads, why) in readers.items():
+        if reads:
+            raise ConfigError(f"{key}={lookup(resolved, key)!r} with rollout.calculate_log_probs=false — {why}; "
+                              "set rollout.calculate_log_probs=true")
 
 
 def check_profile_steps(resolved: dict) -> None:

@@ -65,7 +65,7 @@ def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, toke
     for first in range(0, len(items), spec.batch_size):
         chunk = items[first:first + spec.batch_size]
         params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
-                                max_new_tokens=spec.max_tokens, seed=spec.seed + first)
+                                max_new_tokens=spec.max_tokens, seed=spec.seed + first, log_probs=False)
         batch = rollout.generate(collate_prompts(chunk, dataset.pad_token_id), params)
         texts, lengths = decode(batch, tokenizer)
         for i, item in enumerate(chunk):

@@ -18,6 +18,9 @@ class SamplingParams:
     top_k: int = 0  # 0 disables top-k
     max_new_tokens: int = 32
     seed: int | None = 0  # None: no per-call seed (faster in vLLM, but a call cannot be replayed)
+    # False where only the tokens are read (validation, evaluation, rollout.calculate_log_probs=false): vLLM and
+    # SGLang then skip their per-token log-prob bookkeeping, and `rollout_log_probs` are zeros.
+    log_probs: bool = True
 
     @property
     def greedy(self) -> bool:

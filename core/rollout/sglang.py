@@ -190,9 +190,10 @@ class SGLangRollout(RolloutBackend):
         repeated = prompts.repeat(params.n, interleave=True)  # one request per sample keeps the order explicit
         input_ids = [ids[mask.bool()].tolist() for ids, mask in zip(repeated["input_ids"], repeated["attention_mask"])]
         outputs = self.engine.generate(input_ids=input_ids, sampling_params=sampling_dict(params, self.tokenizer),
-                                       return_logprob=True)
+                                       return_logprob=params.log_probs)
         token_ids = [list(out["output_ids"]) for out in outputs]
-        log_probs = [[entry[0] for entry in out["meta_info"]["output_token_logprobs"]] for out in outputs]
+        log_probs = [[entry[0] for entry in out["meta_info"]["output_token_logprobs"]] if params.log_probs else []
+                     for out in outputs]
         return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id,
                                         self.tokenizer.eos_token_id, params.n)
 

@@ -122,7 +122,7 @@ class VLLMRollout(RolloutBackend):
         outputs = self.llm.generate(requests, per_request, use_tqdm=False, lora_request=self.lora_request)
         sequences = [completion for request in outputs[own_rows] for completion in request.outputs]  # n per prompt
         token_ids = [list(completion.token_ids) for completion in sequences]
-        log_probs = [sampled_log_probs(completion.logprobs) for completion in sequences]
+        log_probs = [sampled_log_probs(completion.logprobs) if params.log_probs else [] for completion in sequences]
         return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id,
                                         self.tokenizer.eos_token_id, params.n)
 
@@ -130,8 +130,9 @@ class VLLMRollout(RolloutBackend):
         sampling = {"temperature": 0.0} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p}
         if not params.greedy and params.top_k > 0:  # else vLLM's default: no top-k at all
             sampling["top_k"] = params.top_k
-        return self._sampling_params_cls(n=params.n, max_tokens=params.max_new_tokens, seed=params.seed, logprobs=0,
-                                         flat_logprobs=True, stop_token_ids=[self.tokenizer.eos_token_id], **sampling)
+        return self._sampling_params_cls(n=params.n, max_tokens=params.max_new_tokens, seed=params.seed,
+                                         logprobs=0 if params.log_probs else None, flat_logprobs=True,
+                                         stop_token_ids=[self.tokenizer.eos_token_id], **sampling)
 
     # ---- weights and memory -------------------------------------------------------------------
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -112,7 +112,8 @@ class BaseTrainer:
                 batch = batch.union(self.actor_rollout.compute_ref_log_probs(batch), stage="old_log_prob")
         else:
             batch = batch.union(self.actor_rollout.compute_log_probs(batch), stage="old_log_prob")
-            self.step_metrics.update(logprob_diff_metrics(batch))
+            if self.config.rollout.calculate_log_probs:
+                self.step_metrics.update(logprob_diff_metrics(batch))
         rewards = batch["token_level_scores"]
         if self.config.algorithm.use_kl_in_reward:
             kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], self.config.algorithm.kl_penalty)
@@ -219,11 +220,12 @@ class BaseTrainer:
         r, step = self.config.rollout, self.train_loader.offset
         if validation:
             return SamplingParams(n=r.val_n, temperature=r.val_temperature, top_p=r.top_p, top_k=r.top_k,
-                                  max_new_tokens=self.config.data.max_response_length)
+                                  max_new_tokens=self.config.data.max_response_length, log_probs=False)
         # A distinct, reproducible seed per (run seed, data position, dp rank): tp ranks sample alike.
         seed = self.config.trainer.seed * 1_000_003 + step * 97 + self.world.dp_rank if r.seed_each_call else None
         return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                              max_new_tokens=self.config.data.max_response_length, seed=seed)
+                              max_new_tokens=self.config.data.max_response_length, seed=seed,
+                              log_probs=r.calculate_log_probs)
 
     def validate(self, step: int) -> dict[str, float]:
         if not self.config.trainer.test_freq:
