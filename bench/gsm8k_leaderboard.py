@@ -3,7 +3,7 @@
 On one machine's GPUs, into one MLflow file store, a run export and a leaderboard:
 
     bash bench/gsm8k_leaderboard.sh [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
-        [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 1] [--steps 25] [--time-limit-s 540]
+        [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 2] [--steps 25] [--time-limit-s 540]
         [--min-job-s 400]
         [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
         [--lora-rank 16] [-- <config overrides for every run>]
@@ -11,9 +11,10 @@ On one machine's GPUs, into one MLflow file store, a run export and a leaderboar
         # -> results/gsm8k_leaderboard/ and results/leaderboard.md
 
 Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu (K) at once
-per GPU, each engine with 1/K of --engine-memory. One at a time is the default: on an H200, six SmolLM2 jobs sharing
-the GPU made no more steps per second together than one alone (results/gsm8k_leaderboard/README.md), and their
-engine starts wait for each other. A job trains one
+per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: on an H100, two SmolLM2 jobs took
+9.4-12.5 s a step each against 7.0-10.0 s alone (about 1.6x the steps per second), three took 14.3-18.3 s and four
+27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/gsm8k_leaderboard/README.md,
+2026-11-25). A job trains one
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
 stopped_by_budget: stopped on purpose, still counted), and evaluates its final policy; --eval-before adds one
 job that evaluates the pretrained model. Jobs already done in --out are skipped, so an invocation cut short is
@@ -81,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-before", action="store_true", help="also evaluate the pretrained model (one job)")
     parser.add_argument("--eval-before-only", action="store_true", help="only evaluate the pretrained model")
     parser.add_argument("--gpus", default="auto", help="comma-separated CUDA device ids; auto: all; cpu: none")
-    parser.add_argument("--runs-per-gpu", type=int, default=1, help="jobs at once per GPU (K)")
+    parser.add_argument("--runs-per-gpu", type=int, default=2, help="jobs at once per GPU (K)")
     parser.add_argument("--engine-memory", type=float, default=0.4, help="share of each GPU's memory for the K "
                         "vLLM engines together (each gets 1/K of it); the rest is the trainers'")
     parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
@@ -212,7 +213,7 @@ def run_overrides(args, data: Path, uri: str, engine_len: int) -> list[str]:
         f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}", f"actor.ppo_mini_batch_size={args.mini_batch}",
         f"data.max_prompt_length={args.max_prompt}", f"data.max_response_length={args.max_response}",
         f"actor.lr={args.lr}", f"rollout.temperature={args.temperature}", f"trainer.total_steps={args.steps}",
-        # Micro-batches of 32k real tokens (8k when 4 or more runs share a GPU, for memory): on one H200
+        # Micro-batches of 32k real tokens over the K runs sharing a GPU (at least 8k), for memory: on one H200
         # they halved old_log_prob and update_actor against 8k (results/gsm8k_leaderboard, 2026-11-24).
         f"actor.micro_batch_tokens={max(8192, 32768 // k)}",
         f"trainer.test_freq={args.test_freq}", "trainer.save_freq=0",

@@ -254,8 +254,9 @@ def test_every_variant_loads_with_the_shared_budget(tmp_path):
         assert config.actor.micro_batch_tokens == 8192  # 4 runs share the GPU: smaller micro-batches
         assert config.rollout.free_cache_engine is False
         assert (config.trainer.seed, config.actor.micro_batch_size, config.tracking.tags.recipe) == (1, 16, variant)
-    alone = driver.run_overrides(driver.parse_args([]), tmp_path / "data", "file:///store", 2048)
+    alone = driver.run_overrides(driver.parse_args(["--runs-per-gpu", "1"]), tmp_path / "data", "file:///store", 2048)
     assert "actor.micro_batch_tokens=32768" in alone
+    assert "actor.micro_batch_tokens=16384" in driver.run_overrides(driver.parse_args([]), tmp_path, "file:///s", 2048)
     dapo_command = driver.job_command(driver.Job("d", "dapo", 0), args, common, tmp_path, 1024, None)
     dapo = load_config("dapo", dapo_command[dapo_command.index("--") + 1:])
     assert dapo.reward.overlong_buffer.len == 76 and dapo.algorithm.filter_groups.max_num_gen_batches == 20
@@ -304,7 +305,7 @@ def test_a_job_is_not_started_with_less_time_left_than_a_finished_job_took(tmp_p
 
     monkeypatch.setattr(driver, "start_job", start)
     monkeypatch.setattr(driver, "finish_job", finish)
-    args = driver.parse_args(["--min-job-s", "150"])
+    args = driver.parse_args(["--min-job-s", "150", "--runs-per-gpu", "1"])
     jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
     driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 250, {})
     assert started == ["grpo-seed0"] and [job.status for job in jobs] == ["done", "not started"]
