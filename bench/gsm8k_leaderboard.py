@@ -12,7 +12,7 @@ On one machine's GPUs, into one MLflow file store, a run export and a leaderboar
 
 Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu (K) at once
 per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: on an H100, two SmolLM2 jobs took
-9.4-12.5 s a step each against 7.0-10.0 s alone (about 1.6x the steps per second), three took 14.3-18.3 s and four
+9.4-12.5 s a step each against 8.7-9.1 s alone (about 1.6x the steps per second), three took 14.3-18.3 s and four
 27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/gsm8k_leaderboard/README.md,
 2026-11-25). A job trains one
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
