@@ -1,6 +1,12 @@
 """LoRA GRPO on one GPU with vLLM colocated: the rollout weight sync as merged weights, then as the adapter alone.
 
     bash bench/lora_suite.sh [--syncs merged adapter] [--steps 3] [--rank 16] [-- <config overrides>]
+    bash bench/lora_suite.sh --full-weights --gpus 2 [-- actor.cpu_offload=true]   # the comparison row
+
+`--full-weights` trains every weight instead, the same work on `--gpus` GPUs (one torchrun rank and one vLLM
+engine each): what a user without LoRA needs for the same model. An 8B policy's fp32 AdamW state does not fit
+two 80 GB GPUs beside the engine and the reference; the run's own memory check says so and names
+`actor.cpu_offload=true`.
 
 Qwen3-8B with random weights (`model.init=random`: the architecture from bench/configs/qwen3-8b; speed and
 memory depend on the shapes, not on trained weights), a rank-16 adapter on every linear layer, the KL
@@ -8,7 +14,8 @@ reference from the same model with its adapters off. The prompts are the embedde
 to download; `--data DIR` with train.parquet takes GSM8K instead) and the reward is bench/varied_reward.py,
 which varies between samples so that every update changes the adapters the rollout engine receives.
 
-Writes results/lora/grpo_lora-r<rank>-<sync>_<model>_1gpu.json per sync mode: the command, the median step
+Writes results/lora/grpo_lora-r<rank>-<sync>_<model>_1gpu.json per sync mode (grpo_full_<model>_<N>gpu.json
+with --full-weights): the command, the median step
 time after step 1 and its per-stage breakdown (`sync_weights` is the sync), generated and trained tokens/s,
 the GPU's peak memory (nvidia-smi every 0.5 s); then results/lora/README.md (bench/lora_report.py).
 """
@@ -40,6 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="actor.lora.sync of each run, in order")
     parser.add_argument("--steps", type=int, default=3, help="steps per run; times are medians after step 1")
     parser.add_argument("--rank", type=int, default=16, help="actor.lora.rank (alpha = 2 × rank)")
+    parser.add_argument("--full-weights", action="store_true", help="one run training every weight, no LoRA")
+    parser.add_argument("--gpus", type=int, default=1, help="torchrun ranks of the --full-weights run")
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step (data.train_batch_size)")
     parser.add_argument("--n", type=int, default=4, help="samples per prompt (rollout.n)")
     parser.add_argument("--max-response", type=int, default=256, help="data.max_response_length")
@@ -53,21 +62,25 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="per run: a stuck run is stopped and the next one measured")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every run")
     args = parser.parse_args(argv)
-    if args.rollout != "vllm" and "adapter" in args.syncs:
+    if args.rollout != "vllm" and "adapter" in args.syncs and not args.full_weights:
         parser.error("--syncs adapter needs --rollout vllm: only vLLM serves an adapter")
+    if args.gpus < 1 or (args.gpus > 1 and not args.full_weights):
+        parser.error(f"--gpus {args.gpus}: expected 1, or more with --full-weights (LoRA runs use one GPU)")
     return args
 
 
-def run_overrides(args, sync: str, model: Path, store: Path, name: str) -> list[str]:
+def run_overrides(args, sync: str | None, model: Path, store: Path, name: str) -> list[str]:
+    """The run's config; sync None: full weights, no adapter."""
     data = Path(args.data) / "train.parquet" if args.data else "embedded://arithmetic"
+    lora = [] if sync is None else [f"actor.lora.rank={args.rank}", f"actor.lora.alpha={2 * args.rank}",
+                                    f"actor.lora.sync={sync}"]
     return [
         f"model.path={model}", "model.init=random", f"data.train_files={data}", f"data.val_files={data}",
         "data.max_prompt_length=512", f"data.max_response_length={args.max_response}",
         f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}",
         f"actor.ppo_mini_batch_size={max(1, args.prompts // 2)}",  # two optimizer steps per rollout
         f"rollout.name={args.rollout}", "rollout.gpu_memory_utilization=0.35",
-        f"actor.lora.rank={args.rank}", f"actor.lora.alpha={2 * args.rank}", f"actor.lora.sync={sync}",
-        "actor.lr=1e-5", "actor.gradient_checkpointing=true",
+        *lora, f"trainer.n_gpus_per_node={args.gpus}", "actor.lr=1e-5", "actor.gradient_checkpointing=true",
         # Compiling each block takes minutes for an 8B model, more than a short run measures; off in every run.
         "actor.compile_layers=false",
         f"reward.custom_function.path={ROOT / 'bench/varied_reward.py'}", "reward.custom_function.name=compute_score",
@@ -78,23 +91,31 @@ def run_overrides(args, sync: str, model: Path, store: Path, name: str) -> list[
     ]
 
 
-def run_one(args, sync: str, model: Path, work: Path) -> dict:
-    name = f"grpo_lora-r{args.rank}-{sync}_{model.name.removeprefix('model-')}_1gpu"
+def run_one(args, sync: str | None, model: Path, work: Path) -> dict:
+    """One run; sync None: the --full-weights run on --gpus GPUs."""
+    short = model.name.removeprefix("model-")
+    name = f"grpo_full_{short}_{args.gpus}gpu" if sync is None else f"grpo_lora-r{args.rank}-{sync}_{short}_1gpu"
     store = work / "mlruns"
-    command = [sys.executable, "-m", "core.cli", "train", "--recipe", "grpo",
+    launcher = [sys.executable] if args.gpus == 1 else ["torchrun", "--nnodes=1", f"--nproc_per_node={args.gpus}"]
+    command = [*launcher, "-m", "core.cli", "train", "--recipe", "grpo",
                *run_overrides(args, sync, model, store, name), *args.overrides]
     print(f"[lora] {name}: starting", flush=True)
-    wall, memory = run_logged(name, command, work / "logs" / f"{name}.log", cwd=ROOT, timeout_s=args.timeout_s)
+    # One GPU: the first, unless the caller chose; more: torchrun gives each rank its own.
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")} if args.gpus == 1 else None
+    wall, memory = run_logged(name, command, work / "logs" / f"{name}.log", cwd=ROOT, timeout_s=args.timeout_s, env=env)
     config = json.loads((model / "config.json").read_text())
     summary = summarise(step_history(store, name, EXPERIMENT), 1, config)
-    summary.pop("update_mfu")  # counts full-weight gradients, which a frozen base does not compute
-    result = {"name": name, "recipe": "grpo", "model": f"{model.name.removeprefix('model-')} (random init from its config)",
-              "gpus": 1, "device": device_name(), "sync": sync,
-              "lora": {"rank": args.rank, "alpha": 2 * args.rank, "target_modules": "all-linear"},
-              "rollout": args.rollout, "commit": git_commit(ROOT), "command": " ".join(command[1:]), "wall_s": wall,
+    if sync is not None:
+        summary.pop("update_mfu")  # counts full-weight gradients, which a frozen base does not compute
+    lora = None if sync is None else {"rank": args.rank, "alpha": 2 * args.rank, "target_modules": "all-linear"}
+    result = {"name": name, "recipe": "grpo", "model": f"{short} (random init from its config)",
+              "gpus": args.gpus, "device": device_name(), "sync": sync, "lora": lora,
+              "controller": "torchrun" if args.gpus > 1 else "local",
+              "rollout": args.rollout, "commit": git_commit(ROOT), "wall_s": wall,
+              "command": " ".join(command[len(launcher) == 1:]),  # from `-m core.cli`, or from torchrun
               "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               "sync_s": summary["stages_s"].get("sync_weights"), **summary}
-    print(f"[lora] {name}: {result['median_step_s']:.1f} s/step, sync {result['sync_s']:.2f} s "
+    print(f"[lora] {name}: {result['median_step_s']:.1f} s/step, sync {result['sync_s'] or 0:.2f} s "
           f"(medians after step 1), wall {wall:.0f} s", flush=True)
     return result
 
@@ -106,11 +127,11 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     model = model_dir(Path(args.config_dir), work)
     failed = []
-    for sync in args.syncs:
+    for sync in [None] if args.full_weights else args.syncs:
         try:
             result = run_one(args, sync, model, work)
         except (RuntimeError, subprocess.TimeoutExpired) as error:  # the other sync mode still gets measured
-            print(f"[lora] {sync} sync failed: {error}", flush=True)
+            print(f"[lora] {sync or 'full-weight'} run failed: {error}", flush=True)
             failed.append(sync)
             continue
         path = out / f"{result['name']}.json"

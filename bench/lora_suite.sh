@@ -4,8 +4,12 @@
 # --timeout-s (300 s), on one H100 or H200. Writes results/lora/*.json and
 # results/lora/README.md (python bench/lora_report.py rebuilds it); a failed run is reported and skipped.
 # Setup on a GPU machine:  pip install -e . -r bench/requirements-gpu.txt   (peft among them)
+# Beside it, the same work with full weights on 2 GPUs (torchrun; 8B needs its optimizer state in host memory on
+# 80 GB GPUs):  bash bench/lora_suite.sh --full-weights --gpus 2 -- actor.cpu_offload=true
 # Usage: bash bench/lora_suite.sh [--syncs merged adapter] [--steps 3] [--rank 16] [-- overrides]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+# NVLink multicast off where the host's GPUs are shared with others (the --full-weights run's NCCL).
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
+    NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 exec python3 bench/lora_suite.py "$@"

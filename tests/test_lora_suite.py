@@ -27,6 +27,30 @@ def test_the_suite_runs_a_tiny_model_and_reports_it(random_model_dir, tmp_path):
     assert f"| LoRA r4, merged sync | {result['device']} × 1 | eager | {result['median_step_s']:.1f} |" in readme
 
 
+def test_the_full_weight_row_sits_beside_the_lora_row(random_model_dir, tmp_path):
+    out, common = tmp_path / "results", ["--rollout", "hf", "--steps", "2", "--prompts", "4", "--n", "2",
+                                         "--max-response", "6", "--config-dir", random_model_dir,
+                                         "--work", str(tmp_path / "work"), "--out", str(tmp_path / "results"),
+                                         "trainer.device=cpu", "data.max_prompt_length=64"]
+    assert lora_suite.main(["--syncs", "merged", "--rank", "4", *common]) == 0
+    assert lora_suite.main(["--full-weights", *common]) == 0
+    (path,) = out.glob("grpo_full_*_1gpu.json")
+    result = json.loads(path.read_text())
+    assert result["lora"] is None and result["sync"] is None and "actor.lora" not in result["command"]
+    assert result["update_mfu"] is not None and result["median_step_s"] > 0
+    readme = (out / "README.md").read_text()
+    assert f"| full (local) | {result['device']} × 1 | eager | {result['median_step_s']:.1f} |" in readme
+    assert "| LoRA r4, merged sync |" in readme
+
+
+def test_more_gpus_only_for_full_weights():
+    import pytest
+
+    with pytest.raises(SystemExit):
+        lora_suite.parse_args(["--gpus", "2"])
+    assert lora_suite.parse_args(["--full-weights", "--gpus", "2", "--rollout", "hf"]).gpus == 2
+
+
 def test_adapter_sync_needs_vllm():
     import pytest
 

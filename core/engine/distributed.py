@@ -67,7 +67,9 @@ def init_distributed(device: str = "auto") -> World:
         resolved = torch.device("cuda", local_rank)
         torch.cuda.set_device(resolved)
     if not dist.is_initialized():
-        backend = "nccl" if resolved.type == "cuda" else "gloo"
+        # On GPUs, gloo beside NCCL for CPU tensors: with actor.cpu_offload the shards, gradients and their
+        # norms live in host memory, and their collectives (gradient clipping) run there.
+        backend = "cpu:gloo,cuda:nccl" if resolved.type == "cuda" else "gloo"
         if "WORLD_SIZE" in os.environ:
             dist.init_process_group(backend=backend)
         else:

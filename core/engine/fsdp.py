@@ -225,7 +225,8 @@ class FSDPEngine:
         what a colocated rollout engine loads, never a second copy of the model in memory. With LoRA
         each layer's adapter is merged in, in fp32, before the cast (`adapters=False`: the base alone).
         Collective: every rank must consume it in full, in the same order."""
-        gathered = ((name, _full(param).detach().to(device)) for name, param in self.model.named_parameters())
+        # The shard moves first, so the gather runs on `device` (NCCL), also when actor.cpu_offload keeps it in host memory.
+        gathered = ((name, _full(param.detach().to(device))) for name, param in self.model.named_parameters())
         if self.lora is not None:
             gathered = merged_weights(gathered, self.lora.scaling, adapters)
         for name, tensor in gathered:
