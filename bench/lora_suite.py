@@ -104,7 +104,7 @@ def run_one(args, sync: str | None, model: Path, work: Path) -> dict:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")} if args.gpus == 1 else None
     wall, memory = run_logged(name, command, work / "logs" / f"{name}.log", cwd=ROOT, timeout_s=args.timeout_s, env=env)
     config = json.loads((model / "config.json").read_text())
-    summary = summarise(step_history(store, name, EXPERIMENT), 1, config)
+    summary = summarise(step_history(store, name, EXPERIMENT), args.gpus, config)
     if sync is not None:
         summary.pop("update_mfu")  # counts full-weight gradients, which a frozen base does not compute
     lora = None if sync is None else {"rank": args.rank, "alpha": 2 * args.rank, "target_modules": "all-linear"}
