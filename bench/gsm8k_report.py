@@ -125,7 +125,9 @@ def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: 
                        "seconds": round(job.ended - job.started, 1) if job.ended else None,
                        "log": str(job.log.relative_to(out)) if job.log else None,
                        **{key: job.summary.get(key) for key in SUMMARY_KEYS}} for job in jobs]
-    path = out / "invocations" / f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(record['started_unix']))}.json"
+    # The out dir's name too: two invocations started in the same second (one per GPU) keep a record each.
+    started = time.strftime('%Y%m%d-%H%M%S', time.localtime(record['started_unix']))
+    path = out / "invocations" / f"{started}-{out.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     write_outputs(out, uri, experiment)
@@ -152,7 +154,10 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
         for path in sorted((folder / "invocations").glob("*.json")):
             record = json.loads(path.read_text())
             record["counted"] = record.get("counted", True) and folder not in timing_only
-            records[path.name] = record
+            name = path.name
+            if name in records and records[name]["command"] != record["command"]:  # older names: the second only
+                name = f"{path.stem}-{folder.name}{path.suffix}"
+            records[name] = record
     exports = [export_runs((folder / "mlruns").resolve().as_uri(), EXPERIMENT) if (folder / "mlruns").is_dir()
                else load_export(folder / "runs.json") for folder in folders]
     merged = counted_runs(merge_exports(exports), records.values())

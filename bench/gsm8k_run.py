@@ -296,7 +296,9 @@ def evaluate_pretrained(args, config, turns: GpuTurns) -> None:
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
     Path(args.work).mkdir(parents=True, exist_ok=True)
-    config = load_config(args.recipe, overrides)
+    # The training run's `recipe` tag is its row, as its evaluations' `eval_recipe` is: a LoRA row
+    # (grpo-lora16) must not count as a seed of the full-weight recipe it trains (grpo).
+    config = load_config(args.recipe, [*overrides, f"tracking.tags.recipe={args.name}"])
     if config.trainer.controller != "local" or not config.tracking.uri:
         raise SystemExit("gsm8k_run.py evaluates on the trainer's own engine and logs to one store: "
                          "trainer.controller=local and tracking.uri are required")

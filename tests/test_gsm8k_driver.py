@@ -266,7 +266,7 @@ def test_every_variant_loads_with_the_shared_budget(tmp_path):
     assert (ppo.critic.lr, ppo.critic.micro_batch_size, ppo.algorithm.adv_estimator) == (1e-5, 16, "gae")
 
 
-def test_lora_rank_trains_lora_policies_in_rows_of_their_own(tmp_path):
+def test_lora_rank_trains_lora_policies_in_rows_of_their_own(tmp_path, monkeypatch):
     args = driver.parse_args(["--only", "grpo:1", "--lora-rank", "16", "--lr", "1e-4"])
     (job,) = driver.wanted_jobs(args)
     assert (job.name, job.variant, job.row) == ("grpo-lora16-seed1", "grpo", "grpo-lora16")
@@ -275,6 +275,10 @@ def test_lora_rank_trains_lora_policies_in_rows_of_their_own(tmp_path):
     assert command[command.index("--name") + 1] == "grpo-lora16"  # its leaderboard row, beside grpo's
     config = load_config("grpo", command[command.index("--") + 1:])
     assert (config.actor.lora.rank, config.actor.lr, config.tracking.run_name) == (16, 1e-4, "grpo-lora16-seed1")
+    seen = {}
+    monkeypatch.setattr(worker, "train_and_evaluate", lambda _args, config, _turns: seen.update(config=config))
+    worker.main(command[command.index("--recipe"):])  # the worker's own command line, as the driver starts it
+    assert seen["config"].tracking.tags.recipe == "grpo-lora16"  # its training run is tagged with its row
     with pytest.raises(SystemExit, match="ppo's critic has no LoRA option"):
         driver.wanted_jobs(driver.parse_args(["--lora-rank", "16"]))  # the default recipes include ppo
 
@@ -420,13 +424,18 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     record = json.loads(record_path.read_text())
     timing_jobs = [{**job, "run_id": f"timing-{job['run_id']}"} for job in record["jobs"]]  # its own runs
     (timing / "20000101-000000.json").write_text(json.dumps({**record, "runs_per_gpu": 6, "jobs": timing_jobs}))
-    assert report.merge_outputs([out], results, [timing.parent]) == 0
+    # A second one started in the same second, under the same older-style name: both records are kept.
+    other = tmp_path / "other" / "invocations"
+    other.mkdir(parents=True)
+    (other / "20000101-000000.json").write_text(json.dumps({**record, "command": "another", "jobs": []}))
+    assert report.merge_outputs([out], results, [timing.parent, other.parent]) == 0
     assert [entry["run_id"] for entry in load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"]] == [
         run["run_id"]]
     readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
     assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
-    assert readme.count("| 6 |") == 1 and "| no |" in readme and "| yes |" in readme
+    assert readme.count("| 6 |") == 1 and "| no |" in readme and "| yes |" in readme and "| `another` |" in readme
+    assert record_path.name.endswith(f"-{out.name}.json")
     assert sorted(path.name for path in (results / "gsm8k_leaderboard" / "invocations").iterdir()) == [
-        "20000101-000000.json", record_path.name]
+        "20000101-000000-other.json", "20000101-000000.json", record_path.name]
     merged = json.loads((results / "leaderboard.json").read_text())
     assert merged["rows"] and merged["before_after"]["rows"][0]["recipe"] == "grpo"
