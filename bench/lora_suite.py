@@ -100,11 +100,8 @@ def run_one(args, sync: str | None, model: Path, work: Path) -> dict:
     command = [*launcher, "-m", "core.cli", "train", "--recipe", "grpo",
                *run_overrides(args, sync, model, store, name), *args.overrides]
     print(f"[lora] {name}: starting", flush=True)
-    # One GPU: the first, unless the caller chose. More: torchrun gives each rank its own GPU, and would give
-    # it one CPU thread where OMP_NUM_THREADS is unset (8B: 4m46s from launch to the engine's start, building
-    # the actor and the reference): the cores are split.
-    env = ({**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")} if args.gpus == 1 else
-           {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, os.cpu_count() // args.gpus)))})
+    # One GPU: the first, unless the caller chose; more: torchrun gives each rank its own.
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")} if args.gpus == 1 else None
     wall, memory = run_logged(name, command, work / "logs" / f"{name}.log", cwd=ROOT, timeout_s=args.timeout_s, env=env)
     config = json.loads((model / "config.json").read_text())
     summary = summarise(step_history(store, name, EXPERIMENT), args.gpus, config)

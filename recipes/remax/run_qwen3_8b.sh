@@ -21,9 +21,6 @@ case " $* " in
     *" trainer.controller=ray "*) launcher=(python) ;;  # one driver; Ray places the workers (RAY_ADDRESS)
     *) launcher=(torchrun --nnodes=1 --nproc_per_node="$NGPUS") ;;
 esac
-# torchrun sets OMP_NUM_THREADS=1 where it is unset, so host-side work (building random-init weights,
-# actor.cpu_offload's AdamW) would get one core per rank: the node's cores are split among the ranks instead.
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / NGPUS > 1 ? $(nproc) / NGPUS : 1 ))}"
 exec "${launcher[@]}" -m core.cli train --recipe remax \
     model.path=Qwen/Qwen3-8B \
     data.train_files="$DATA/train.parquet" \
