@@ -264,6 +264,14 @@ def test_readme_blocks_are_rewritten_between_their_markers(export, tmp_path):
     assert render_block(None, ["ppo"], "x").startswith("No runs of `ppo` from a pretrained model on GSM8K")
 
 
+def test_a_lora_block_reruns_with_the_driver_s_lora_flag():
+    assert "`bash bench/gsm8k_leaderboard.sh --recipes grpo rloo --lora-rank 16 --eval-before`" in render_block(
+        None, ["grpo-lora16", "rloo-lora16"], "x")
+    for mixed in (["grpo", "grpo-lora16"], ["grpo-lora8", "grpo-lora16"]):
+        with pytest.raises(ValueError, match="LoRA rows of one rank, or full-weight rows only"):
+            render_block(None, mixed, "x")
+
+
 def committed_section():
     """The pretrained section of the committed export(s), or None while there is none."""
     sources = json.loads((REPO / "results" / "leaderboard.json").read_text())["source"].split()

@@ -24,16 +24,29 @@ BLOCK = re.compile(r"(<!-- BEGIN gsm8k-leaderboard: (?P<recipes>[\w -]+?) -->\n)
 TINY_BLOCK = re.compile(r"(<!-- BEGIN tiny-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                         r"(<!-- END tiny-leaderboard -->)", re.S)
 DRIVER = "bash bench/gsm8k_leaderboard.sh"
+LORA_ROW = re.compile(r"(?P<variant>\w+)-lora(?P<rank>\d+)")  # the driver's row for --lora-rank R
 TINY_DRIVER = "python bench/tiny_baselines.py"
 BUDGET_FLAGS = (("--steps", "trainer.total_steps"), ("--prompts", "data.train_batch_size"), ("--n", "rollout.n"),
                 ("--max-response", "data.max_response_length"), ("--lr", "actor.lr"),
                 ("--temperature", "rollout.temperature"), ("--format-score", "reward.format_score"))
 
 
+def selection_flags(recipes: list[str]) -> str:
+    """The driver's flags for a block's rows: `--recipes grpo drgrpo`, or for LoRA rows (`grpo-lora16`, named
+    by the driver's --lora-rank) `--recipes grpo --lora-rank 16`. A block holds one kind, and one rank."""
+    lora = [LORA_ROW.fullmatch(recipe) for recipe in recipes]
+    if not any(lora):
+        return f"--recipes {' '.join(recipes)}"
+    ranks = {match.group("rank") for match in lora if match}
+    if not all(lora) or len(ranks) > 1:
+        raise ValueError(f"gsm8k-leaderboard block {' '.join(recipes)}: LoRA rows of one rank, or full-weight rows only")
+    return f"--recipes {' '.join(match.group('variant') for match in lora)} --lora-rank {ranks.pop()}"
+
+
 def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -> str:
     """The block's body: the named recipes' rows (before → after over seeds) and the command that reruns them."""
     rows = [row for row in (section.rows if section else []) if row.recipe in recipes]
-    rerun = f"{DRIVER} --recipes {' '.join(recipes)} --eval-before"
+    rerun = f"{DRIVER} {selection_flags(recipes)} --eval-before"
     if not rows:
         return (f"No runs of {', '.join(f'`{r}`' for r in recipes)} from a pretrained model on GSM8K in the "
                 f"committed export yet; `{rerun}` makes them.\n")
