@@ -44,9 +44,8 @@ class Components:
 def host_threads(num_threads: int, cpu_offload: bool, environ=os.environ, cpu_count: int | None = None) -> int | None:
     """Torch's CPU threads for this process, None: leave torch's default. `trainer.num_threads` when set; with
     `actor.cpu_offload` under torchrun, the node's cores split among its ranks: torchrun leaves each rank one
-    thread (OMP_NUM_THREADS=1 where unset), and the offloaded AdamW then runs on one core (on a 2-core CPU,
-    6.8 s per 10⁹ parameters with 1 thread, 4.5 s with 2; two optimizer steps of an 8B policy on 2 GPUs
-    touch 8·10⁹)."""
+    thread (OMP_NUM_THREADS=1 where unset), and the offloaded AdamW, whose every step reads and writes each
+    rank's whole shard of weights, gradients and moments in host memory, then runs on one core."""
     if num_threads:
         return num_threads
     if cpu_offload and "LOCAL_WORLD_SIZE" in environ:
