@@ -264,6 +264,14 @@ def test_readme_blocks_are_rewritten_between_their_markers(export, tmp_path):
     assert render_block(None, ["ppo"], "x").startswith("No runs of `ppo` from a pretrained model on GSM8K")
 
 
+def test_an_export_merged_twice_counts_each_run_once(export):
+    """An out dir merged again after a rerun finished its other jobs: the runs both hold count once."""
+    twice = merge_exports([export, export])
+    assert sorted(r["run_id"] for r in twice["runs"]) == sorted(r["run_id"] for r in export["runs"])
+    assert len(twice.get("evals", [])) == len(export.get("evals", []))
+    build_leaderboard(twice)  # no "reported by more than one eval run"
+
+
 def test_a_lora_block_reruns_with_the_driver_s_lora_flag():
     assert "`bash bench/gsm8k_leaderboard.sh --recipes grpo rloo --lora-rank 16 --eval-before`" in render_block(
         None, ["grpo-lora16", "rloo-lora16"], "x")

@@ -237,14 +237,22 @@ def check_unique_seeds(recipe: str, model: str, runs: list[dict]) -> None:
 
 def merge_exports(exports: list[dict]) -> dict:
     """Several exports (e.g. the tiny-task baselines and a GPU run's) as one: their runs and evals
-    together, the experiment named as a comma-separated list."""
+    together, the experiment named as a comma-separated list. A run two of them hold (the same MLflow run
+    id: an out dir merged again after a rerun finished its other jobs) is kept once, as the first holds it."""
     if len(exports) == 1:
         return exports[0]
     experiments = list(dict.fromkeys(str(export.get("experiment")) for export in exports))
-    runs = [run for export in exports for run in export["runs"]]
-    evals = [entry for export in exports for entry in export.get("evals", [])]
+    runs = list(_first_by_id(run for export in exports for run in export["runs"]))
+    evals = list(_first_by_id(entry for export in exports for entry in export.get("evals", [])))
     return _with_evals({"schema": EXPORT_SCHEMA, "experiment": ", ".join(experiments), "runs": _sorted_runs(runs)},
                        evals)
+
+
+def _first_by_id(entries):
+    seen = {}
+    for entry in entries:
+        seen.setdefault(entry["run_id"], entry)
+    return seen.values()
 
 
 def add_runs(export: dict, new: dict) -> dict:
