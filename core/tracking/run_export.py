@@ -241,7 +241,7 @@ def merge_exports(exports: list[dict]) -> dict:
     id: an out dir merged again after a rerun finished its other jobs) is kept once, as the first holds it."""
     if len(exports) == 1:
         return exports[0]
-    experiments = list(dict.fromkeys(str(export.get("experiment")) for export in exports))
+    experiments = dict.fromkeys(name for export in exports for name in str(export.get("experiment")).split(", "))
     runs = list(_first_by_id(run for export in exports for run in export["runs"]))
     evals = list(_first_by_id(entry for export in exports for entry in export.get("evals", [])))
     return _with_evals({"schema": EXPORT_SCHEMA, "experiment": ", ".join(experiments), "runs": _sorted_runs(runs)},
@@ -256,14 +256,9 @@ def _first_by_id(entries):
 
 
 def add_runs(export: dict, new: dict) -> dict:
-    """`export` with `new`'s runs and evals added, under `export`'s experiment name(s). A run `export` already
-    holds (the same MLflow run id) is kept once, so adding a store again adds only its runs finished since."""
-    known = {run["run_id"] for run in export["runs"]} | {entry["run_id"] for entry in export.get("evals", [])}
-    runs = [run for run in new["runs"] if run["run_id"] not in known]
-    evals = [entry for entry in new.get("evals", []) if entry["run_id"] not in known]
-    experiments = ", ".join(dict.fromkeys([*str(export.get("experiment")).split(", "), str(new.get("experiment"))]))
-    return _with_evals({"schema": EXPORT_SCHEMA, "experiment": experiments,
-                        "runs": _sorted_runs([*export["runs"], *runs])}, [*export.get("evals", []), *evals])
+    """`export` with `new`'s runs and evals added. A run `export` already holds (the same MLflow run id) is kept
+    once, so adding a store again adds only its runs finished since."""
+    return merge_exports([export, new])
 
 
 def save_export(data: dict, path: str | Path) -> Path:
