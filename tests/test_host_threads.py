@@ -3,13 +3,12 @@
 from core.trainer.setup import host_threads
 
 
-def test_an_offloaded_optimizer_under_torchrun_gets_the_node_s_cores_split_among_its_ranks():
-    torchrun = {"LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
-    assert host_threads(0, True, torchrun, cpu_count=32) == 16
-    assert host_threads(0, True, {"LOCAL_WORLD_SIZE": "64"}, cpu_count=32) == 1
+def test_an_offloaded_optimizer_gets_the_node_s_cores_split_among_its_ranks():
+    assert host_threads(0, True, ranks_per_node=2, cpu_count=32) == 16
+    assert host_threads(0, True, ranks_per_node=64, cpu_count=32) == 1
 
 
 def test_otherwise_the_config_or_torch_s_default_decides():
-    assert host_threads(4, True, {"LOCAL_WORLD_SIZE": "2"}, cpu_count=32) == 4  # trainer.num_threads wins
-    assert host_threads(0, False, {"LOCAL_WORLD_SIZE": "2"}, cpu_count=32) is None  # no offload: torchrun's choice
-    assert host_threads(0, True, {}, cpu_count=32) is None  # one process, not torchrun: torch's default
+    assert host_threads(4, True, ranks_per_node=2, cpu_count=32) == 4  # trainer.num_threads wins
+    assert host_threads(0, False, ranks_per_node=2, cpu_count=32) is None  # no offload: the launcher's choice
+    assert host_threads(0, True, ranks_per_node=None, cpu_count=32) is None  # one process, not torchrun: torch's default

@@ -66,10 +66,9 @@ class RankWorker:
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
                           MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
         config = OmegaConf.create(config_container)
-        # Ray gives each worker one CPU slot: one thread, unless an offloaded optimizer needs the node's cores
-        # (split among the node's workers, as under torchrun).
-        per_node = {"LOCAL_WORLD_SIZE": str(config.trainer.n_gpus_per_node)}
-        torch.set_num_threads(host_threads(config.trainer.num_threads, bool(config.actor.cpu_offload), per_node) or 1)
+        # Ray gives each worker one CPU slot: one thread, unless an offloaded optimizer needs the node's cores.
+        threads = host_threads(config.trainer.num_threads, bool(config.actor.cpu_offload), config.trainer.n_gpus_per_node)
+        torch.set_num_threads(threads or 1)
         world = init_distributed(config.trainer.device)
         seed_everything(config.trainer.seed)  # every rank builds identical weights, as under torchrun
         tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)

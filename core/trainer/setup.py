@@ -41,21 +41,24 @@ class Components:
     resume_from: Path | None  # the checkpoint `trainer.resume` points at, None: a fresh run
 
 
-def host_threads(num_threads: int, cpu_offload: bool, environ=os.environ, cpu_count: int | None = None) -> int | None:
+def host_threads(num_threads: int, cpu_offload: bool, ranks_per_node: int | None,
+                 cpu_count: int | None = None) -> int | None:
     """Torch's CPU threads for this process, None: leave torch's default. `trainer.num_threads` when set; with
-    `actor.cpu_offload` under torchrun, the node's cores split among its ranks: torchrun leaves each rank one
-    thread (OMP_NUM_THREADS=1 where unset), and the offloaded AdamW, whose every step reads and writes each
-    rank's whole shard of weights, gradients and moments in host memory, then runs on one core."""
+    `actor.cpu_offload` and several ranks per node (torchrun's, Ray's workers), the node's cores split among
+    them: torchrun leaves each rank one thread (OMP_NUM_THREADS=1 where unset), Ray one CPU slot, and the
+    offloaded AdamW, whose every step reads and writes each rank's whole shard of weights, gradients and
+    moments in host memory, would run on one core."""
     if num_threads:
         return num_threads
-    if cpu_offload and "LOCAL_WORLD_SIZE" in environ:
-        return max(1, (cpu_count or os.cpu_count() or 1) // int(environ["LOCAL_WORLD_SIZE"]))
+    if cpu_offload and ranks_per_node:
+        return max(1, (cpu_count or os.cpu_count() or 1) // ranks_per_node)
     return None
 
 
 def build_components(config, build_roles: Callable, *, with_reference: bool, with_critic: bool) -> Components:
     trainer = config.trainer
-    threads = host_threads(trainer.num_threads, bool(config.actor.cpu_offload))
+    local_ranks = int(os.environ["LOCAL_WORLD_SIZE"]) if "LOCAL_WORLD_SIZE" in os.environ else None  # torchrun's
+    threads = host_threads(trainer.num_threads, bool(config.actor.cpu_offload), local_ranks)
     if threads:
         torch.set_num_threads(threads)
     ray_mode = trainer.controller == "ray"
