@@ -51,6 +51,7 @@ from bench.gsm8k_report import (  # noqa: E402
     tag_gpu_time,
 )
 from bench.tiny_baselines import VARIANTS  # noqa: E402
+from core.tracking.recipe_readmes import lora_row  # noqa: E402
 
 DATA_SETS = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",)}
 LOG_TAIL_LINES = 40
@@ -148,8 +149,8 @@ def wanted_jobs(args) -> list[Job]:
         pairs = [(variant, seed) for seed in args.seeds for variant in args.recipes]
     if args.lora_rank and any(variant == "ppo" for variant, _ in pairs):
         raise SystemExit("--lora-rank: ppo's critic has no LoRA option; pick the other recipes with --recipes or --only")
-    suffix = f"-lora{args.lora_rank}" if args.lora_rank else ""
-    return jobs + [Job(f"{variant}{suffix}-seed{seed}", variant, seed, row=variant + suffix) for variant, seed in pairs]
+    rows = [lora_row(variant, args.lora_rank) for variant, _ in pairs]
+    return jobs + [Job(f"{row}-seed{seed}", variant, seed, row=row) for row, (variant, seed) in zip(rows, pairs)]
 
 
 def prepare_data(args) -> Path:

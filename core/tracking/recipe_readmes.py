@@ -24,11 +24,17 @@ BLOCK = re.compile(r"(<!-- BEGIN gsm8k-leaderboard: (?P<recipes>[\w -]+?) -->\n)
 TINY_BLOCK = re.compile(r"(<!-- BEGIN tiny-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                         r"(<!-- END tiny-leaderboard -->)", re.S)
 DRIVER = "bash bench/gsm8k_leaderboard.sh"
-LORA_ROW = re.compile(r"(?P<variant>\w+)-lora(?P<rank>\d+)")  # the driver's row for --lora-rank R
+LORA_ROW = re.compile(r"(?P<variant>\w+)-lora(?P<rank>\d+)")  # lora_row's names, read back
 TINY_DRIVER = "python bench/tiny_baselines.py"
 BUDGET_FLAGS = (("--steps", "trainer.total_steps"), ("--prompts", "data.train_batch_size"), ("--n", "rollout.n"),
                 ("--max-response", "data.max_response_length"), ("--lr", "actor.lr"),
                 ("--temperature", "rollout.temperature"), ("--format-score", "reward.format_score"))
+
+
+def lora_row(variant: str, rank: int | None) -> str:
+    """A leaderboard row's name: the variant, or `<variant>-lora<rank>` for its LoRA policies (the GSM8K
+    driver's --lora-rank), so both sit side by side."""
+    return f"{variant}-lora{rank}" if rank else variant
 
 
 def selection_flags(recipes: list[str]) -> str:
