@@ -124,3 +124,10 @@ def test_sglang_engines_start_on_each_ranks_own_gpu(monkeypatch):
     assert engine_placement(EnginePlacement(rank=0, world_size=1, tensor_parallel_size=2), seed=5)["base_gpu_id"] == 0
     with pytest.raises(ValueError, match="rollout.tensor_model_parallel_size=2 with rollout.name=sglang over 4 ranks"):
         engine_placement(EnginePlacement(rank=0, world_size=4, tensor_parallel_size=2), seed=5)
+
+
+def test_rollout_engine_kwargs_reach_the_vllm_engine_last():
+    cfg = OmegaConf.merge(CFG, {"engine_kwargs": {"enforce_eager": True, "max_num_seqs": 64}})
+    kwargs = engine_kwargs("m", cfg, EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1), dtype="bfloat16",
+                           seed=7, max_model_len=1024, dummy_weights=False, cuda=True)
+    assert kwargs["enforce_eager"] is True and kwargs["max_num_seqs"] == 64

@@ -116,12 +116,19 @@ def test_engine_kwargs_follow_the_rollout_config():
                                    dummy_weights=True)
     assert kwargs == {"model_path": "/m", "dtype": "bfloat16", "model_impl": "sglang", "skip_tokenizer_init": True,
                       "mem_fraction_static": 0.4, "context_length": 640, "enable_memory_saver": True,
-                      "enable_weights_cpu_backup": True, "disable_cuda_graph": False, "tp_size": 1, "base_gpu_id": 0,
-                      "random_seed": 3, "load_format": "dummy"}
+                      "enable_weights_cpu_backup": True, "disable_cuda_graph": False, "sampling_backend": "pytorch",
+                      "tp_size": 1, "base_gpu_id": 0, "random_seed": 3, "load_format": "dummy"}
     eager_awake = OmegaConf.merge(ROLLOUT_CFG, {"enforce_eager": True, "free_cache_engine": False})
     kwargs = backend.engine_kwargs("/m", eager_awake, single, dtype="bfloat16", seed=0, max_model_len=None,
                                    dummy_weights=False)
     assert kwargs["disable_cuda_graph"] and not kwargs["enable_memory_saver"] and "load_format" not in kwargs
+
+
+def test_rollout_engine_kwargs_add_and_override_the_backends_own():
+    single = EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1)
+    cfg = OmegaConf.merge(ROLLOUT_CFG, {"engine_kwargs": {"attention_backend": "triton", "sampling_backend": "flashinfer"}})
+    kwargs = backend.engine_kwargs("/m", cfg, single, dtype="bfloat16", seed=0, max_model_len=None, dummy_weights=False)
+    assert kwargs["attention_backend"] == "triton" and kwargs["sampling_backend"] == "flashinfer"
 
 
 class RecordingEngine:

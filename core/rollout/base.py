@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
+from omegaconf import OmegaConf
 
 from core.data.batch import RESPONSE_ALIGNED, Batch
 
@@ -47,6 +48,13 @@ class RolloutBackend(ABC):
 
     def wake_up(self) -> None:
         """Take the memory back before the next rollout."""
+
+
+def extra_engine_kwargs(rollout_cfg) -> dict:
+    """`rollout.engine_kwargs`: engine arguments the user adds or overrides (e.g. SGLang's attention_backend),
+    applied after the backend's own, so a setting the backend chose can be changed without editing it."""
+    extra = rollout_cfg.get("engine_kwargs") or {}
+    return dict(OmegaConf.to_container(extra) if OmegaConf.is_config(extra) else extra)
 
 
 def response_mask_from_ids(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:

@@ -28,7 +28,7 @@ import torch
 
 from core.config import ConfigError
 from core.data.batch import Batch
-from core.rollout.base import RolloutBackend, SamplingParams, rollout_from_token_lists
+from core.rollout.base import RolloutBackend, SamplingParams, extra_engine_kwargs, rollout_from_token_lists
 from core.rollout.placement import EnginePlacement
 
 SGLANG_VERSION = "0.5.17"  # the release this backend is written against (its post releases pass too)
@@ -148,10 +148,14 @@ def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, d
         mem_fraction_static=rollout_cfg.gpu_memory_utilization, context_length=max_model_len,
         enable_memory_saver=can_sleep, enable_weights_cpu_backup=can_sleep,
         disable_cuda_graph=bool(rollout_cfg.enforce_eager),
+        # Sampling in PyTorch, as the vLLM backend samples (VLLM_USE_FLASHINFER_SAMPLER=0): flashinfer's sampling
+        # kernels are compiled at first use, which needs nvcc on the GPU machine and minutes per fresh cache.
+        sampling_backend="pytorch",
         **engine_placement(placement, seed),
     )
     if dummy_weights:
         kwargs["load_format"] = "dummy"  # model.init=random: the trainer's weights arrive by the first sync
+    kwargs.update(extra_engine_kwargs(rollout_cfg))
     return kwargs
 
 

