@@ -66,6 +66,14 @@ def test_appending_an_unknown_key_with_plus_names_the_override():
         load_config("grpo", ["+actor.lrr=1"])
 
 
+def test_an_open_mapping_takes_new_keys_with_plus_and_says_so_without():
+    cfg = load_config("grpo", ["+rollout.engine_kwargs.attention_backend=triton"])
+    assert cfg.rollout.engine_kwargs == {"attention_backend": "triton"}
+    with pytest.raises(ConfigError, match=r"'rollout.engine_kwargs.max_num_seqs' is a new key under "
+                                          r"'rollout.engine_kwargs'.*'\+rollout.engine_kwargs.max_num_seqs=512'"):
+        load_config("grpo", ["rollout.engine_kwargs.max_num_seqs=512"])
+
+
 def write_user_config(tmp_path, body: str):
     path = tmp_path / "my_recipe.yaml"
     path.write_text(textwrap.dedent(body))

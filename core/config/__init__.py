@@ -58,6 +58,9 @@ def unknown_override_message(overrides: list[str]) -> str | None:
         for part in dotted.split("."):
             if not isinstance(node, dict):
                 break  # a key below a plain value: leave the message to Hydra
+            if part not in node and not node and parents:  # an open mapping (tracking.tags, rollout.engine_kwargs)
+                return (f"{dotted!r} is a new key under {'.'.join(parents)!r}, which takes any: add it with a "
+                        f"leading +, '+{override.lstrip('+~')}'")
             if part not in node:
                 where = f"under {'.'.join(parents)!r}" if parents else "at the top level"
                 return (f"unknown config key {dotted!r} in override {override!r}; valid keys {where}: "
