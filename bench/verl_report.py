@@ -30,7 +30,9 @@ SHOWN_SETTINGS = ("actor_rollout_ref.model.use_remove_padding", "actor_rollout_r
                   "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "actor_rollout_ref.actor.strategy",
                   "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.free_cache_engine",
                   "actor_rollout_ref.rollout.gpu_memory_utilization",
-                  "actor_rollout_ref.model.enable_gradient_checkpointing")
+                  "actor_rollout_ref.model.enable_gradient_checkpointing",
+                  # set where flash-attn is absent (sdpa, and then no remove padding): verl not at its best
+                  "actor_rollout_ref.model.override_config.attn_implementation")
 
 
 def stage_s(step: dict, stage: str) -> float:
