@@ -54,6 +54,11 @@ SPEED_SETTINGS = [
     f"{ROLLOUT}.free_cache_engine=true",
     f"{ACTOR}.strategy=fsdp2",
 ]
+# Without flash-attn (PyPI has it as source only; its prebuilt wheels are on GitHub) verl cannot pack sequences: its
+# packed path runs flash-attention 2's varlen kernels. It then runs padded, with PyTorch's SDPA, which is not verl at
+# its best; the report lists both settings from the recorded config.
+WITHOUT_FLASH_ATTN = ["actor_rollout_ref.model.use_remove_padding=false",
+                      "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
 # What every shape shares with our GRPO-family steps: GRPO advantages, no KL anywhere, token-mean loss, one
 # pass over the batch, AdamW at lr 1e-6 with grad clip 1.0, sampling at temperature 1, one vLLM engine per GPU.
 COMMON = [
@@ -177,6 +182,9 @@ def main(argv=None) -> int:
     args, extra = parser.parse_known_args(argv)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if importlib.util.find_spec("flash_attn") is None:
+        print("flash-attn is not installed: verl runs without sequence packing, with SDPA (not at its best)", flush=True)
+        extra = WITHOUT_FLASH_ATTN + extra
     overrides = verl_overrides(args.shape, str(Path(args.model_dir).resolve()), str(Path(args.data).resolve()),
                                args.steps, out, extra)
     report = {"framework": "verl", "shape": args.shape, "gpus": SHAPES[args.shape]["gpus"], "device": device_name(),

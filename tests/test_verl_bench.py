@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from verl_grpo_gpu import compose, read_steps, verl_overrides  # noqa: E402
+from verl_grpo_gpu import WITHOUT_FLASH_ATTN, compose, read_steps, verl_overrides  # noqa: E402
 from verl_report import verl_section  # noqa: E402
 
 needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None or importlib.util.find_spec("hydra") is None,
@@ -168,6 +168,12 @@ def test_dapo8b_overrides_compose_to_the_scale_suites_dapo_step(tmp_path):
 def test_extra_overrides_win_over_the_bench_defaults(tmp_path):
     config = composed("grpo", tmp_path, ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192"])
     assert config["actor_rollout_ref"]["actor"]["ppo_max_token_len_per_gpu"] == 8192
+
+
+@needs_verl
+def test_without_flash_attn_verl_runs_padded_with_sdpa(tmp_path):
+    model = composed("grpo", tmp_path, WITHOUT_FLASH_ATTN)["actor_rollout_ref"]["model"]
+    assert model["use_remove_padding"] is False and model["override_config"]["attn_implementation"] == "sdpa"
 
 
 @needs_verl
