@@ -88,13 +88,14 @@ def main() -> int:
 
 
 def timed_rounds(paths: dict, rounds: int) -> dict[str, list[float]]:
-    """Tokens/s of each path per round, in round order; paths alternate within a round so drift
-    (clocks, allocator) hits all of them. One warm-up call each first (allocations, graph replay)."""
+    """Tokens/s of each path per round, in round order; paths alternate within a round, in reverse order every
+    other round, so drift (clocks, allocator) and whatever one call leaves the next (an engine's prefix cache, its
+    scheduler's state) hit all of them alike. One warm-up call each first (allocations, graph replay)."""
     for fn in paths.values():
         fn()
     results = {name: [] for name in paths}
-    for _ in range(rounds):
-        for name, fn in paths.items():
+    for round_index in range(rounds):
+        for name, fn in list(paths.items())[::-1 if round_index % 2 else 1]:
             torch.cuda.synchronize()
             start = time.perf_counter()
             tokens = fn()
