@@ -87,6 +87,11 @@ def main() -> int:
     return 0
 
 
+def round_order(names: list[str], round_index: int) -> list[str]:
+    """The order the paths run in within one round of `timed_rounds` (reports pair engine calls with it)."""
+    return names[::-1] if round_index % 2 else names
+
+
 def timed_rounds(paths: dict, rounds: int) -> dict[str, list[float]]:
     """Tokens/s of each path per round, in round order; paths alternate within a round, in reverse order every
     other round, so drift (clocks, allocator) and whatever one call leaves the next (an engine's prefix cache, its
@@ -95,7 +100,8 @@ def timed_rounds(paths: dict, rounds: int) -> dict[str, list[float]]:
         fn()
     results = {name: [] for name in paths}
     for round_index in range(rounds):
-        for name, fn in list(paths.items())[::-1 if round_index % 2 else 1]:
+        for name in round_order(list(paths), round_index):
+            fn = paths[name]
             torch.cuda.synchronize()
             start = time.perf_counter()
             tokens = fn()

@@ -30,6 +30,32 @@ def median_tokens_per_s(run: dict | None, which: int) -> float | None:
     return statistics.median(run["tokens_per_s"][BACKENDS[run["backend"]][which]])
 
 
+def engine_split(run: dict) -> dict[str, tuple[float, float]]:
+    """Per path: median seconds inside `engine.generate` and outside it (our backend's own host work: request
+    building and the rollout batch), from the engine calls in the order bench/rollout_vllm_gpu.timed_rounds
+    made them: one warm-up call per path, then the rounds."""
+    from rollout_vllm_gpu import round_order
+
+    names, calls = list(run["tokens_per_s"]), run["engine_generate_s"][len(run["tokens_per_s"]):]
+    tokens, inside, outside = run["prompts"] * run["new_tokens"], {n: [] for n in names}, {n: [] for n in names}
+    order = [name for index in range(len(run["tokens_per_s"][names[0]])) for name in round_order(names, index)]
+    seen = {name: 0 for name in names}
+    for name, seconds in zip(order, calls, strict=True):
+        inside[name].append(seconds)
+        outside[name].append(tokens / run["tokens_per_s"][name][seen[name]] - seconds)
+        seen[name] += 1
+    return {name: (statistics.median(inside[name]), statistics.median(outside[name])) for name in names}
+
+
+def _split_line(run: dict) -> str:
+    parts = [f"{name}: {inside:.2f} s in the engine call + {outside:.3f} s outside it"
+             for name, (inside, outside) in engine_split(run).items()]
+    host = run.get("host")
+    load = (f"; host load (1 min) {host['load_1min_before']:.0f} → {host['load_1min_after']:.0f} on "
+            f"{host['cpus']} CPUs, {host['torch_threads']} torch threads" if host else "")
+    return f"- `{run['model']}` {run['backend']}, medians per call: " + "; ".join(parts) + load
+
+
 def _ratio(run: dict | None) -> str:
     if run is None:
         return "not run"
@@ -77,6 +103,10 @@ def sglang_section(directory: Path) -> list[str]:
                                for name, values in run["tokens_per_s"].items())
             lines.append(f"- `{run['model']}` {run['backend']} rounds (tok/s, in order): {rounds}; engine start "
                          f"{run['engine_start_s']:.0f} s; `{run['command']}`")
+    lines += ["", "Where each path's time goes: the engine call itself against the host work around it (ours builds "
+              "the requests and the rollout batch; raw only counts tokens). Where ours trails raw, this says whether "
+              "the engine or our own code took the time.", ""]
+    lines += [_split_line(run) for by_backend in runs.values() for run in by_backend.values()]
     return lines + [""]
 
 

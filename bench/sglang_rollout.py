@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -87,7 +88,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=sorted(RAW), required=True)
     add_rollout_shape_args(parser)
+    parser.add_argument("--torch-threads", type=int, default=None, help="torch's intra-op threads in this process "
+                        "(default: torch's own); our backend's host work is small tensor ops, slow on a busy host")
     args = parser.parse_args()
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     from transformers import AutoConfig
 
     init_distributed("cuda")  # our NCCL group first, as in the trainer
@@ -101,6 +106,7 @@ def main() -> int:
     params = SamplingParams(n=1, temperature=1.0, top_p=1.0, max_new_tokens=args.new_tokens, seed=None)
     inner = _time_engine_calls(engine)
     raw, ours = RAW[args.backend], OURS[args.backend]
+    load_before = os.getloadavg()[0]  # other work on the host slows the host-side part of every path
     rounds = timed_rounds({raw: raw_path(args.backend, engine, prompts, args.new_tokens, eos),
                            ours: _ours(rollout, prompts, params)}, args.rounds)
     medians = {name: statistics.median(values) for name, values in rounds.items()}
@@ -109,7 +115,9 @@ def main() -> int:
               "prompts": args.prompts, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
               "engine_start_s": engine_start_s, "gpu_memory_utilization": args.gpu_memory_utilization,
               "sampling": "temperature 1.0, top_p 1.0, unseeded, log-prob of each sampled token",
-              "tokens_per_s": rounds, "engine_generate_s": inner, "ours_over_raw": medians[ours] / medians[raw]}
+              "tokens_per_s": rounds, "engine_generate_s": inner, "ours_over_raw": medians[ours] / medians[raw],
+              "host": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                       "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]}}
     print(json.dumps({"backend": args.backend, "model": args.name, **medians, "ours_over_raw": report["ours_over_raw"]}),
           flush=True)
     report["sleep"] = timed_sleep(rollout)

@@ -175,6 +175,17 @@ def test_generate_pads_responses_and_keeps_sglang_log_probs():
     assert torch.equal(out["rollout_log_probs"], -0.5 * out["response_mask"].float())
 
 
+def test_a_log_prob_list_of_another_length_than_its_tokens_is_an_error():
+    """One log-prob missing (or one too many) would shift a row's log-probs against its tokens silently."""
+    rollout = stand_in_rollout()
+    answer = rollout.engine.generate
+    rollout.engine.generate = lambda *a, **k: [{**out, "meta_info": {"output_token_logprobs": [(-0.5, 7, None)]}}
+                                               for out in answer(*a, **k)]
+    prompts = Batch({"input_ids": torch.tensor([[4, 5, 6]] * 2), "attention_mask": torch.ones(2, 3, dtype=torch.long)})
+    with pytest.raises(ValueError, match="rollout row 1: the engine returned 2 tokens but 1 log-probs"):
+        rollout.generate(prompts, SamplingParams(n=1, temperature=1.0, max_new_tokens=3))
+
+
 def test_weight_sync_wakes_the_weights_alone_sends_chunks_in_bf16_and_flushes_once(monkeypatch):
     monkeypatch.setattr(backend, "WEIGHT_SYNC_CHUNK_BYTES", 64)  # 16 fp32 values: a and b do not fit together
     rollout = stand_in_rollout()

@@ -99,7 +99,24 @@ def response_lists(batch: Batch) -> list[list[int]]:
 def logprob_error(rollout_batch: Batch, trainer_log_probs: torch.Tensor) -> dict:
     batch = rollout_batch.union(Batch({"old_log_probs": trainer_log_probs}))
     diff = (batch["rollout_log_probs"] - trainer_log_probs).abs()[batch["response_mask"].bool()]
-    return {**logprob_diff_metrics(batch), "p99": diff.quantile(0.99).item()}
+    return {**logprob_diff_metrics(batch), "p99": diff.quantile(0.99).item(),
+            "worst": worst_positions(batch, trainer_log_probs)}
+
+
+def worst_positions(batch: Batch, trainer_log_probs: torch.Tensor, count: int = 4) -> list[dict]:
+    """Where SGLang and the trainer disagree most: enough to tell a misaligned token (last of its row, a stop or
+    pad token) from a kernel difference."""
+    mask = batch["response_mask"].bool()
+    diff = ((batch["rollout_log_probs"] - trainer_log_probs).abs() * mask).flatten()
+    width = mask.shape[1]
+    found = []
+    for index in diff.topk(min(count, int(mask.sum()))).indices.tolist():
+        row, position = divmod(index, width)
+        found.append({"row": row, "position": position, "row_length": int(mask[row].sum()),
+                      "token": int(batch["responses"][row, position]),
+                      "sglang": round(float(batch["rollout_log_probs"][row, position]), 3),
+                      "trainer": round(float(trainer_log_probs[row, position]), 3)})
+    return found
 
 
 def test_greedy_tokens_follow_hf_generate(rollout, model_dir, tokenizer, prompts, trainer_engine):

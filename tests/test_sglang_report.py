@@ -16,7 +16,8 @@ import sglang_report  # noqa: E402
 
 def synthetic_run(backend: str, model: str, raw: list[float], ours: list[float]) -> dict:
     raw_name, ours_name = sglang_report.BACKENDS[backend]
-    return {"backend": backend, "model": model, "device": "SYNTHETIC GPU", "engine_version": "0.0.0", "torch": "0.0",
+    calls = [1.0, 1.0] + [0.5] * (len(raw) + len(ours))  # warm-ups, then every round's engine calls
+    return {"engine_generate_s": calls,"backend": backend, "model": model, "device": "SYNTHETIC GPU", "engine_version": "0.0.0", "torch": "0.0",
             "command": f"python bench/sglang_rollout.py --backend {backend} --name {model}", "prompts": 4,
             "prompt_len": 8, "new_tokens": 16, "engine_start_s": 30.0, "sampling": "temperature 1.0",
             "tokens_per_s": {raw_name: raw, ours_name: ours}, "ours_over_raw": sorted(ours)[1] / sorted(raw)[1],
@@ -56,3 +57,14 @@ def test_perf_report_includes_the_section(tmp_path, monkeypatch):
     readme = (directory / "README.md").read_text()
     assert "## Rollout: our SGLang backend vs raw SGLang" in readme and "![sglang_rollout.png](sglang_rollout.png)" in readme
     assert readme.index("## Rollout: our vLLM backend") < readme.index("## Rollout: our SGLang backend")
+
+
+def test_engine_split_pairs_each_call_with_its_path_in_the_order_the_rounds_ran():
+    """Hand-computed: 64 tokens a call; raw at 64, 32, 64 tok/s takes 1, 2, 1 s, ours at 32, 32, 16 takes 2, 2, 4 s.
+    After the two warm-ups the calls ran raw, ours | ours, raw | raw, ours (every other round reversed)."""
+    run = synthetic_run("sglang", "m", [64, 32, 64], [32, 32, 16])
+    run.update(prompts=4, new_tokens=16, engine_generate_s=[9.0, 9.0, 0.9, 1.5, 1.8, 1.95, 0.95, 3.0])
+    split = sglang_report.engine_split(run)
+    raw, ours = (split[name] for name in sglang_report.BACKENDS["sglang"])
+    assert raw[0] == 0.95 and abs(raw[1] - 0.05) < 1e-9  # inside 0.9, 1.95, 0.95; outside 0.1, 0.05, 0.05
+    assert ours[0] == 1.8 and abs(ours[1] - 0.5) < 1e-9  # inside 1.5, 1.8, 3.0; outside 0.5, 0.2, 1.0

@@ -93,6 +93,9 @@ def rollout_from_token_lists(prompts: Batch, token_ids: list[list[int]], log_pro
     responses = torch.full((len(token_ids), width), pad_token_id, dtype=torch.long)  # (B, T_resp)
     padded_log_probs = torch.zeros((len(token_ids), width), dtype=torch.float32)  # (B, T_resp)
     for row, (ids, row_log_probs) in enumerate(zip(token_ids, log_probs, strict=True)):
+        if row_log_probs and len(row_log_probs) != len(ids):  # a shifted log-prob would pass unnoticed as a mismatch
+            raise ValueError(f"rollout row {row}: the engine returned {len(ids)} tokens but {len(row_log_probs)} "
+                             "log-probs; expected one log-prob per generated token")
         responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         padded_log_probs[row, : len(row_log_probs)] = torch.tensor(row_log_probs, dtype=torch.float32)
     return assemble_rollout(prompts, responses, padded_log_probs, eos_token_id, n)
