@@ -175,6 +175,17 @@ def test_generate_pads_responses_and_keeps_sglang_log_probs():
     assert torch.equal(out["rollout_log_probs"], -0.5 * out["response_mask"].float())
 
 
+def test_a_response_ends_where_the_engine_stopped_even_on_a_token_other_than_the_tokenizers_eos():
+    """The engine also stops on the model's end-of-turn tokens (generation_config.json). Were the mask to end at the
+    tokenizer's EOS alone, a row stopped on another token would run on into its padding, and train on it."""
+    rollout = stand_in_rollout()
+    rollout.tokenizer = types.SimpleNamespace(eos_token_id=5, pad_token_id=0)  # the engine stops on 2
+    prompts = Batch({"input_ids": torch.tensor([[4, 5, 6]]), "attention_mask": torch.ones(1, 3, dtype=torch.long)})
+    out = rollout.generate(prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=3))
+    assert out["responses"].tolist() == [[2, 0, 0], [7, 2, 0], [7, 7, 2]]
+    assert out["response_mask"].tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+
+
 def test_a_log_prob_list_of_another_length_than_its_tokens_is_an_error():
     """One log-prob missing (or one too many) would shift a row's log-probs against its tokens silently."""
     rollout = stand_in_rollout()
