@@ -186,6 +186,36 @@ def test_a_response_ends_where_the_engine_stopped_even_on_a_token_other_than_the
     assert out["response_mask"].tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
 
 
+def test_the_bookkeeping_around_the_engine_call_runs_on_one_torch_thread_and_restores_the_count(monkeypatch):
+    """Small tensor ops fanned out over torch's pool wait on a busy host for their slowest thread; the engine call
+    itself keeps the process's thread count."""
+    from core.rollout import base as rollout_base
+
+    seen, assemble = {}, rollout_base.assemble_rollout
+
+    def recording_assemble(*args, **kwargs):
+        seen["bookkeeping"] = torch.get_num_threads()
+        return assemble(*args, **kwargs)
+
+    monkeypatch.setattr(rollout_base, "assemble_rollout", recording_assemble)
+    rollout = stand_in_rollout()
+    answer = rollout.engine.generate
+
+    def counting_generate(*args, **kwargs):
+        seen["engine"] = torch.get_num_threads()
+        return answer(*args, **kwargs)
+
+    rollout.engine.generate = counting_generate
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rollout.generate(Batch({"input_ids": torch.tensor([[4, 5, 6]]), "attention_mask": torch.ones(1, 3).long()}),
+                         SamplingParams(n=2, temperature=1.0, max_new_tokens=3))
+        assert seen == {"bookkeeping": 1, "engine": 2} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_log_prob_list_of_another_length_than_its_tokens_is_an_error():
     """One log-prob missing (or one too many) would shift a row's log-probs against its tokens silently."""
     rollout = stand_in_rollout()

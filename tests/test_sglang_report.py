@@ -17,7 +17,8 @@ import sglang_report  # noqa: E402
 def synthetic_run(backend: str, model: str, raw: list[float], ours: list[float]) -> dict:
     raw_name, ours_name = sglang_report.BACKENDS[backend]
     calls = [1.0, 1.0] + [0.5] * (len(raw) + len(ours))  # warm-ups, then every round's engine calls
-    return {"engine_generate_s": calls,"backend": backend, "model": model, "device": "SYNTHETIC GPU", "engine_version": "0.0.0", "torch": "0.0",
+    return {"engine_generate_s": calls, "backend": backend, "model": model, "device": "SYNTHETIC GPU",
+            "engine_version": "0.0.0", "torch": "0.0",
             "command": f"python bench/sglang_rollout.py --backend {backend} --name {model}", "prompts": 4,
             "prompt_len": 8, "new_tokens": 16, "engine_start_s": 30.0, "sampling": "temperature 1.0",
             "tokens_per_s": {raw_name: raw, ours_name: ours}, "ours_over_raw": sorted(ours)[1] / sorted(raw)[1],

@@ -28,7 +28,13 @@ import torch
 
 from core.config import ConfigError
 from core.data.batch import Batch
-from core.rollout.base import RolloutBackend, SamplingParams, extra_engine_kwargs, rollout_from_token_lists
+from core.rollout.base import (
+    RolloutBackend,
+    SamplingParams,
+    extra_engine_kwargs,
+    rollout_from_token_lists,
+    unpadded_prompt_ids,
+)
 from core.rollout.placement import EnginePlacement
 
 SGLANG_VERSION = "0.5.17"  # the release this backend is written against (its post releases pass too)
@@ -191,8 +197,7 @@ class SGLangRollout(RolloutBackend):
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         self.wake_up()
-        repeated = prompts.repeat(params.n, interleave=True)  # one request per sample keeps the order explicit
-        input_ids = [ids[mask.bool()].tolist() for ids, mask in zip(repeated["input_ids"], repeated["attention_mask"])]
+        input_ids = unpadded_prompt_ids(prompts.repeat(params.n, interleave=True))  # one request per sample
         outputs = self.engine.generate(input_ids=input_ids, sampling_params=sampling_dict(params, self.tokenizer),
                                        return_logprob=params.log_probs)
         token_ids = [list(out["output_ids"]) for out in outputs]

@@ -20,7 +20,13 @@ import numpy as np
 import torch
 
 from core.data.batch import Batch
-from core.rollout.base import RolloutBackend, SamplingParams, extra_engine_kwargs, rollout_from_token_lists
+from core.rollout.base import (
+    RolloutBackend,
+    SamplingParams,
+    extra_engine_kwargs,
+    rollout_from_token_lists,
+    unpadded_prompt_ids,
+)
 from core.rollout.placement import EnginePlacement
 
 # Set before vllm is imported: the engine core must live in this process (weights are handed
@@ -117,7 +123,7 @@ class VLLMRollout(RolloutBackend):
         """Each rank passes its own prompts; the ranks of one engine (tensor parallel) pool theirs, all
         generate the pooled batch in lockstep, and each keeps its own rows."""
         self.wake_up()
-        pooled, own_rows, seed = self.placement.pool_prompts(_unpadded(prompts), params.seed)
+        pooled, own_rows, seed = self.placement.pool_prompts(unpadded_prompt_ids(prompts), params.seed)
         requests = [{"prompt_token_ids": ids} for ids in pooled]
         per_request = [self._vllm_params(replace(params, seed=s)) for s in request_seeds(seed, len(pooled))]
         outputs = self.llm.generate(requests, per_request, use_tqdm=False, lora_request=self.lora_request)
@@ -202,10 +208,6 @@ def _release_cached_memory() -> None:
     through its own (cumem) allocator, so they must go back to the driver before it wakes up."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _unpadded(prompts: Batch) -> list[list[int]]:
-    return [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
 
 
 def _load_weights_on_worker(worker, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
