@@ -230,6 +230,14 @@ def run_overrides(args, data: Path, uri: str, engine_len: int) -> list[str]:
     ]
 
 
+def threads_override(runs_per_gpu: int, gpu_count: int, cores: int) -> str:
+    """Each job's torch CPU threads: the host's cores split among the jobs running at once. Left at torch's
+    default, every job (and its in-process vLLM engine) fans its small tensor ops out over all cores, and on a host
+    shared by K jobs per GPU each such op waits for its slowest thread's turn (bench/README.md). A
+    `trainer.num_threads` given after `--` still wins."""
+    return f"trainer.num_threads={max(1, cores // (max(1, runs_per_gpu) * max(1, gpu_count)))}"
+
+
 def variant_overrides(variant: str, args) -> list[str]:
     """What a recipe needs at this scale beyond the shared budget."""
     if variant == "dapo":
@@ -397,10 +405,11 @@ def main(argv: list[str] | None = None) -> int:
     eval_len = eval_prompt_length(model_path, data)
     longest_eval = min(max(s[5] for s in EVAL_SETS), args.eval_max_tokens or 1 << 30)
     engine_len = min(max(eval_len + longest_eval, args.max_prompt + args.max_response), context_length(model_path))
-    common = run_overrides(args, data, uri, engine_len)
+    gpus = gpu_ids(args.gpus)
+    common = run_overrides(args, data, uri, engine_len) + [
+        threads_override(args.runs_per_gpu, len(gpus), len(os.sched_getaffinity(0)))]
     open_store(uri, EXPERIMENT)
     jobs = jobs_to_run(wanted_jobs(args), uri, EXPERIMENT, args.model)
-    gpus = gpu_ids(args.gpus)
     devices = gpu_names(gpus)
     # Jobs end by `deadline`; one that overruns is stopped GRACE_S later; the export then ends the invocation.
     deadline = started + args.time_limit_s - GRACE_S - EXPORT_S if args.time_limit_s else None

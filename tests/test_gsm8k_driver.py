@@ -439,3 +439,13 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
         "20000101-000000-other.json", "20000101-000000.json", record_path.name]
     merged = json.loads((results / "leaderboard.json").read_text())
     assert merged["rows"] and merged["before_after"]["rows"][0]["recipe"] == "grpo"
+
+
+def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
+    assert driver.threads_override(2, 2, 32) == "trainer.num_threads=8"  # 4 jobs at once on 32 cores
+    assert driver.threads_override(4, 1, 2) == "trainer.num_threads=1"  # never fewer than one
+    assert driver.threads_override(1, 1, 16) == "trainer.num_threads=16"  # [""]: CPU-only, one slot group
+    args = driver.parse_args(["--", "trainer.num_threads=3"])
+    common = driver.run_overrides(args, tmp_path / "data", "file:///store", 2048) + [driver.threads_override(2, 1, 64)]
+    command = driver.job_command(driver.Job("grpo-seed0", "grpo", 0), args, common, tmp_path, 1024, None)
+    assert load_config("grpo", command[command.index("--") + 1:]).trainer.num_threads == 3
