@@ -4,8 +4,10 @@ model files with SGLang's `EntryClass` lines) and its engine (a recorder of call
 The real engine is tests/test_sglang_gpu.py's."""
 
 import json
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +19,8 @@ from core.data.batch import Batch
 from core.rollout import sglang as backend
 from core.rollout.base import SamplingParams
 from core.rollout.placement import EnginePlacement
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ROLLOUT_CFG = OmegaConf.create({"tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.4,
                                 "enforce_eager": False, "free_cache_engine": True})
@@ -186,34 +190,35 @@ def test_a_response_ends_where_the_engine_stopped_even_on_a_token_other_than_the
     assert out["response_mask"].tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
 
 
-def test_the_bookkeeping_around_the_engine_call_runs_on_one_torch_thread_and_restores_the_count(monkeypatch):
+def test_the_bookkeeping_around_the_engine_call_runs_on_one_torch_thread_and_restores_the_count():
     """Small tensor ops fanned out over torch's pool wait on a busy host for their slowest thread; the engine call
-    itself keeps the process's thread count."""
-    from core.rollout import base as rollout_base
+    itself keeps the process's thread count. In a fresh interpreter: in this one, an earlier test's OpenMP state
+    may pin the count."""
+    script = """
+import torch
+from core.data.batch import Batch
+from core.rollout import base
+from core.rollout.base import SamplingParams
+from tests.test_rollout_sglang import stand_in_rollout
 
-    seen, assemble = {}, rollout_base.assemble_rollout
-
-    def recording_assemble(*args, **kwargs):
-        seen["bookkeeping"] = torch.get_num_threads()
-        return assemble(*args, **kwargs)
-
-    monkeypatch.setattr(rollout_base, "assemble_rollout", recording_assemble)
-    rollout = stand_in_rollout()
-    answer = rollout.engine.generate
-
-    def counting_generate(*args, **kwargs):
-        seen["engine"] = torch.get_num_threads()
-        return answer(*args, **kwargs)
-
-    rollout.engine.generate = counting_generate
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        rollout.generate(Batch({"input_ids": torch.tensor([[4, 5, 6]]), "attention_mask": torch.ones(1, 3).long()}),
-                         SamplingParams(n=2, temperature=1.0, max_new_tokens=3))
-        assert seen == {"bookkeeping": 1, "engine": 2} and torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
+seen, assemble = {}, base.assemble_rollout
+def recording_assemble(*args, **kwargs):
+    seen["bookkeeping"] = torch.get_num_threads()
+    return assemble(*args, **kwargs)
+base.assemble_rollout = recording_assemble
+rollout = stand_in_rollout()
+answer = rollout.engine.generate
+def counting_generate(*args, **kwargs):
+    seen["engine"] = torch.get_num_threads()
+    return answer(*args, **kwargs)
+rollout.engine.generate = counting_generate
+torch.set_num_threads(2)
+rollout.generate(Batch({"input_ids": torch.tensor([[4, 5, 6]]), "attention_mask": torch.ones(1, 3).long()}),
+                 SamplingParams(n=2, temperature=1.0, max_new_tokens=3))
+print(seen["bookkeeping"], seen["engine"], torch.get_num_threads())
+"""
+    found = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert found.stdout.split() == ["1", "2", "2"], found.stderr[-2000:]
 
 
 def test_a_log_prob_list_of_another_length_than_its_tokens_is_an_error():
