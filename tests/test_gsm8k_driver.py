@@ -33,7 +33,7 @@ from core.config import load_config
 from core.data.dataset import read_rows, write_rows
 from core.eval.generate import GenerationSpec, generate_responses
 from core.models import fetch
-from core.rollout.base import RolloutBackend, assemble_rollout
+from core.rollout.base import RolloutBackend, assemble_rollout, response_mask_from_ids
 from core.tracking.console import ConsoleLogger
 from core.tracking.run_export import load_export
 from core.tracking.tracker import Tracking
@@ -111,8 +111,8 @@ class FixedRollout(RolloutBackend):
         self.calls += 1
         ids = self.tokenizer.encode("#### 3", add_special_tokens=False) + [self.tokenizer.eos_token_id]
         responses = torch.tensor([ids] * (len(prompts) * params.n))
-        return assemble_rollout(prompts, responses, torch.zeros(responses.shape), self.tokenizer.eos_token_id,
-                                params.n)
+        return assemble_rollout(prompts, responses, torch.zeros(responses.shape),
+                                response_mask_from_ids(responses, self.tokenizer.eos_token_id), params.n)
 
     def load_weights(self, state_dict):
         pass

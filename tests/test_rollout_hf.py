@@ -115,7 +115,7 @@ def test_assemble_rollout_joins_prompts_and_responses_and_masks_log_probs():
     )
     responses = torch.tensor([[4, EOS, 0], [5, 6, 7], [EOS, 0, 0], [5, EOS, 0]])  # n=2, interleaved
     log_probs = torch.full((4, 3), -1.0)
-    out = assemble_rollout(prompts, responses, log_probs, EOS, n=2)
+    out = assemble_rollout(prompts, responses, log_probs, response_mask_from_ids(responses, EOS), n=2)
 
     assert list(out["uid"]) == ["a", "a", "b", "b"]
     assert torch.equal(out["prompts"], torch.tensor([[0, 7, 8], [0, 7, 8], [9, 9, 9], [9, 9, 9]]))

@@ -87,13 +87,11 @@ def response_mask_from_ids(responses: torch.Tensor, eos_token_id: int) -> torch.
 
 
 def assemble_rollout(prompts: Batch, responses: torch.Tensor, rollout_log_probs: torch.Tensor,
-                     eos_token_id: int, n: int, response_mask: torch.Tensor | None = None) -> Batch:
-    """Join repeated prompts and generated responses into the batch the trainer consumes. Without
-    `response_mask`, a response ends at its first EOS (generate pads finished rows)."""
+                     response_mask: torch.Tensor, n: int) -> Batch:
+    """Join repeated prompts and generated responses (with the mask of their real tokens) into the batch the
+    trainer consumes."""
     repeated = prompts.repeat(n, interleave=True)
     prompt_ids, prompt_mask = repeated["input_ids"], repeated["attention_mask"]
-    if response_mask is None:
-        response_mask = response_mask_from_ids(responses, eos_token_id)  # (B, T_resp)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     tensors = {
@@ -109,20 +107,15 @@ def assemble_rollout(prompts: Batch, responses: torch.Tensor, rollout_log_probs:
     return out.check("rollout", expected_size=len(prompts) * n)
 
 
+@one_torch_thread()
 def rollout_from_token_lists(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[float]],
-                             pad_token_id: int, eos_token_id: int, n: int) -> Batch:
+                             pad_token_id: int, n: int) -> Batch:
     """The rollout batch of responses given as token lists (one per sample, in the order of `prompts`
     repeated n times, interleaved) with each token's log-prob: right-padded, then `assemble_rollout`.
 
     Each response is exactly the tokens the engine returned, its stop token included: the mask comes from the
-    lengths, not from `eos_token_id`, since an engine also stops on the model's own end-of-turn tokens
+    lengths, not from an EOS id, since an engine also stops on the model's own end-of-turn tokens
     (generation_config.json), which need not be the tokenizer's EOS."""
-    with one_torch_thread():
-        return _rollout_from_token_lists(prompts, token_ids, log_probs, pad_token_id, eos_token_id, n)
-
-
-def _rollout_from_token_lists(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[float]],
-                              pad_token_id: int, eos_token_id: int, n: int) -> Batch:
     width = max(1, max(len(ids) for ids in token_ids))
     lengths = torch.tensor([len(ids) for ids in token_ids])
     response_mask = (torch.arange(width) < lengths[:, None]).long()  # (B, T_resp)
@@ -134,7 +127,7 @@ def _rollout_from_token_lists(prompts: Batch, token_ids: list[list[int]], log_pr
                              "log-probs; expected one log-prob per generated token")
         responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         padded_log_probs[row, : len(row_log_probs)] = torch.tensor(row_log_probs, dtype=torch.float32)
-    return assemble_rollout(prompts, responses, padded_log_probs, eos_token_id, n, response_mask)
+    return assemble_rollout(prompts, responses, padded_log_probs, response_mask, n)
 
 
 def concat_rollouts(batches: list[Batch], pad_token_id: int) -> Batch:

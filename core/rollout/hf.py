@@ -12,7 +12,7 @@ import torch
 from transformers import GenerationConfig
 
 from core.data.batch import Batch
-from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout
+from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout, response_mask_from_ids
 
 
 class HFRollout(RolloutBackend):
@@ -38,7 +38,8 @@ class HFRollout(RolloutBackend):
         width = max(c[0].shape[1] for c in chunks)
         responses = torch.cat([_pad_right(c[0], width, self.tokenizer.pad_token_id) for c in chunks])
         log_probs = torch.cat([_pad_right(c[1], width, 0.0) for c in chunks])
-        return assemble_rollout(prompts, responses, log_probs, self.tokenizer.eos_token_id, params.n)
+        return assemble_rollout(prompts, responses, log_probs,
+                                response_mask_from_ids(responses, self.tokenizer.eos_token_id), params.n)
 
     @torch.no_grad()
     def _generate_chunk(self, chunk: Batch, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:

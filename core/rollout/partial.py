@@ -54,7 +54,7 @@ def generate_in_segments(first: Generate, cont: Generate, prompts: Batch, params
         open_rows = [row for row, (ids, _) in zip(open_rows, added) if _unfinished(ids, budget, eos_token_id)]
         length, segments = length + budget, segments + 1
     rollout = rollout_from_token_lists(prompts, [ids for ids, _ in tokens], [lp for _, lp in tokens],
-                                       pad_token_id, eos_token_id, params.n)
+                                       pad_token_id, params.n)
     rollout.non_tensors.update(batch.non_tensors)  # what the first call tagged (groups), row for row
     rollout.non_tensors["policy_version_last"] = last_version.astype(object)
     rollout.meta["partial_rollout_segments"] = segments

@@ -203,8 +203,7 @@ class SGLangRollout(RolloutBackend):
         token_ids = [list(out["output_ids"]) for out in outputs]
         log_probs = [[entry[0] for entry in out["meta_info"]["output_token_logprobs"]] if params.log_probs else []
                      for out in outputs]
-        return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id,
-                                        self.tokenizer.eos_token_id, params.n)
+        return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id, params.n)
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
         """Hand the trained weights (HF names) to the engine: a state dict, or (name, tensor) pairs. They go

@@ -130,8 +130,7 @@ class VLLMRollout(RolloutBackend):
         sequences = [completion for request in outputs[own_rows] for completion in request.outputs]  # n per prompt
         token_ids = [list(completion.token_ids) for completion in sequences]
         log_probs = [sampled_log_probs(completion.logprobs) if params.log_probs else [] for completion in sequences]
-        return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id,
-                                        self.tokenizer.eos_token_id, params.n)
+        return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id, params.n)
 
     def _vllm_params(self, params: SamplingParams):
         sampling = {"temperature": 0.0} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p}
