@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     engine_len = min(max(eval_len + longest_eval, args.max_prompt + args.max_response), context_length(model_path))
     gpus = gpu_ids(args.gpus)
     common = run_overrides(args, data, uri, engine_len) + [
-        threads_override(args.runs_per_gpu, len(gpus), len(os.sched_getaffinity(0)))]
+        threads_override(args.runs_per_gpu, len(gpus), os.cpu_count() or 1)]  # as core.trainer.setup.host_threads
     open_store(uri, EXPERIMENT)
     jobs = jobs_to_run(wanted_jobs(args), uri, EXPERIMENT, args.model)
     devices = gpu_names(gpus)
