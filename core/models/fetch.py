@@ -26,7 +26,7 @@ from pathlib import Path
 
 PYPI_PREFIX = "pypi://"
 SOURCE_FILE = "recipezoo_source.json"  # written last into the build dir: marks a complete conversion
-# Bumped when a conversion's output changes; a cached dir from an older converter is converted again.
+# Bumped when a conversion's output changes; a cached dir from an older converter is repaired (repair_special_tokens).
 # 2: the tokenizer's special tokens are the GGUF's own (transformers 5.17 had made <|im_start|> SmolLM2's EOS).
 CONVERTER = 2
 GGUF_SPECIAL_TOKENS = {"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id",
