@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_memory import run_logged  # noqa: E402
+from gpu_memory import device_name, run_logged  # noqa: E402
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
 
@@ -175,7 +175,7 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
     config = json.loads((model / "config.json").read_text())
     result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": "script" if args.full else "scaled",
               "model": f"{model.name.removeprefix('model-')} (random init from its config)",
-              "controller": controller, "commit": git_commit(ROOT),
+              "controller": controller, "device": device_name(), "commit": git_commit(ROOT),
               "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
               "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               **summarise(step_history(store, name), gpus, config)}

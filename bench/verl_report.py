@@ -39,18 +39,25 @@ def stage_s(step: dict, stage: str) -> float:
     return next((step[f"timing_s/{name}"] for name in ALIASES.get(stage, (stage,)) if f"timing_s/{name}" in step), 0.0)
 
 
-def from_steps(steps: list[dict]) -> dict:
-    """Rows of a run that logged our/verl's per-step metrics (`timing_s/*`, `perf/throughput`)."""
-    kept = steps[1:] or steps
-
+def stage_rows(steps: list[dict]) -> dict:
+    """Each stage's median seconds over `steps`, and `other`: the rest of each step, then its median."""
     def median(value) -> float:
-        return statistics.median(value(s) for s in kept)
+        return statistics.median(value(s) for s in steps)
 
     rows = {stage: median(lambda s, stage=stage: stage_s(s, stage)) for stage in STAGES}
     rows["other"] = median(lambda s: s["timing_s/step"] - sum(stage_s(s, stage) for stage in STAGES))
-    return {"rows": rows, "step": median(lambda s: s["timing_s/step"]),
-            "tokens_per_s_per_gpu": median(lambda s: s["perf/throughput"]), "first_step": steps[0]["timing_s/step"],
-            "steps": len(kept)}
+    return rows
+
+
+def from_steps(steps: list[dict]) -> dict:
+    """Rows of a run that logged our/verl's per-step metrics (`timing_s/*`, `perf/throughput`): medians over the
+    steps after the first, and the first step on its own. A run that finished only its first step has no medians."""
+    run = {"first_step": steps[0]["timing_s/step"], "first_rows": stage_rows(steps[:1]), "steps": len(steps) - 1}
+    kept = steps[1:]
+    if not kept:
+        return run
+    return run | {"rows": stage_rows(kept), "step": statistics.median(s["timing_s/step"] for s in kept),
+                  "tokens_per_s_per_gpu": statistics.median(s["perf/throughput"] for s in kept)}
 
 
 def from_trl(report: dict) -> dict:
@@ -78,9 +85,11 @@ def load_run(path: Path, framework: str) -> dict:
         steps = [steps[key] for key in sorted(steps, key=int) if "timing_s/step" in steps[key]]
     if "summary" in report:
         return run | from_trl(report)
-    if report.get("returncode", 0) != 0 or not steps:
+    if not steps:
         error = report.get("error") or "no step finished"
         return run | {"error": f"exit {report.get('returncode')}: " + " / ".join(error.splitlines()[-6:])}
+    if report.get("returncode", 0) != 0:  # stopped (its time limit) or crashed after some steps: keep those steps
+        run["stopped"] = f"exit {report['returncode']} after {len(steps)} step(s), {report.get('wall_s', 0):.0f} s in all"
     return run | from_steps(steps)
 
 
@@ -88,36 +97,58 @@ def cell(run: dict, value: str) -> str:
     return "—" if "error" in run else value
 
 
-def table(runs: list[dict]) -> list[str]:
+def stage_table(runs: list[dict], key: str) -> list[str]:
+    """One row per stage from each run's `key` rows (medians after the first step, or the first step); "—" where
+    the run has none."""
     lines = ["| stage (s) | " + " | ".join(run["label"] for run in runs) + " |", "|---" * (len(runs) + 1) + "|"]
     for row in (*STAGES, "other"):
-        lines.append(f"| {row} | " + " | ".join(cell(r, f"{r['rows'][row]:.2f}" if "rows" in r else "") for r in runs)
-                     + " |")
-    lines += [
-        "| **step** | " + " | ".join(cell(r, f"**{r.get('step', 0):.2f}**") for r in runs) + " |",
-        "| tokens/s/GPU | " + " | ".join(cell(r, f"{r.get('tokens_per_s_per_gpu', 0):,.0f}") for r in runs) + " |",
+        lines.append(f"| {row} | " + " | ".join(f"{r[key][row]:.2f}" if key in r else "—" for r in runs) + " |")
+    return lines
+
+
+def table(runs: list[dict]) -> list[str]:
+    def median_cell(run: dict, value: str) -> str:
+        return value if "rows" in run else "—"
+
+    lines = stage_table(runs, "rows") + [
+        "| **step** | " + " | ".join(median_cell(r, f"**{r.get('step', 0):.2f}**") for r in runs) + " |",
+        "| tokens/s/GPU | " + " | ".join(median_cell(r, f"{r.get('tokens_per_s_per_gpu', 0):,.0f}") for r in runs)
+        + " |",
         "| peak GPU memory (GiB) | " + " | ".join(
             f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "not recorded" for r in runs) + " |",
         "| first step (not in the medians) | " + " | ".join(cell(r, f"{r.get('first_step', 0):.2f}") for r in runs)
         + " |",
     ]
+    if any("first_step" in run and "rows" not in run for run in runs):
+        lines += ["", "A run finished only its first step, so the first steps by stage (each includes its "
+                  "framework's one-time warm-up: graph capture, first weight sync, first allocations):", "",
+                  *stage_table(runs, "first_rows")]
     return lines
 
 
 def verdicts(runs: list[dict]) -> list[str]:
-    """verl's step over ours (the target), over ours on verl's vLLM, and the stages where ours is slower."""
+    """verl's step over ours (the target), over ours on verl's vLLM, and the stages where ours is slower. Where verl
+    finished only its first step, its first step over ours instead, which the target does not measure."""
     done = [run for run in runs if "error" not in run]
     verl = next((run for run in done if run["label"].startswith("verl")), None)
     ours = [run for run in done if run["label"].startswith("ours")]
     if verl is None or not ours:
         return []
-    lines = []
+    steady = "rows" in verl
+    step, rows = ("step", "rows") if steady else ("first_step", "first_rows")
+    lines = [] if steady else [f"- verl finished only its first step ({verl.get('stopped', '')}): its steps after "
+                               "the first, which the target compares, were not measured. First steps:"]
     for run in ours:
-        speedup = verl["step"] / run["step"]
-        target = "met" if speedup >= SPEEDUP_TARGET else f"missed by {SPEEDUP_TARGET - speedup:.2f}×"
-        lines.append(f"- verl step / {run['label']} step: **{speedup:.2f}×** (target ≥ {SPEEDUP_TARGET}×: {target})")
-        slower = [f"{row} by {run['rows'][row] - verl['rows'][row]:.2f} s" for row in (*STAGES, "other")
-                  if run["rows"][row] - verl["rows"][row] >= 0.01]
+        if rows not in run:
+            continue
+        speedup = verl[step] / run[step]
+        if steady:
+            target = "met" if speedup >= SPEEDUP_TARGET else f"missed by {SPEEDUP_TARGET - speedup:.2f}×"
+            lines.append(f"- verl step / {run['label']} step: **{speedup:.2f}×** (target ≥ {SPEEDUP_TARGET}×: {target})")
+        else:
+            lines.append(f"  - verl first step / {run['label']} first step: **{speedup:.2f}×**")
+        slower = [f"{row} by {run[rows][row] - verl[rows][row]:.2f} s" for row in (*STAGES, "other")
+                  if run[rows][row] - verl[rows][row] >= 0.01]
         if slower:
             lines.append(f"  - {run['label']} is slower than verl at: {', '.join(slower)}")
     return lines
@@ -133,8 +164,13 @@ def setting(config: dict, dotted: str):
 def shape_section(directory: Path, shape: str) -> list[str]:
     title, files = SHAPES[shape]
     runs = [load_run(directory / name, framework) for framework, name in files if (directory / name).exists()]
-    if not any(run["label"].startswith("verl") for run in runs):
+    verl = next((run for run in runs if run["label"].startswith("verl")), None)
+    if verl is None:
         return []
+    # A column from another machine did not run in verl's call (a later call re-ran only part of the suite); "?":
+    # the run did not record its device (bench/scale_suite.py before 2026-11-26).
+    elsewhere = [run for run in runs if run["device"] not in (verl["device"], "?")]
+    runs = [run for run in runs if run not in elsewhere]
     devices = sorted({run["device"] for run in runs})
     counts = ", ".join(cell(run, str(run.get("steps"))) for run in runs)
     lines = [f"### {title}", "", f"Device: {', '.join(devices)}. Medians over the steps after the first ({counts} "
@@ -142,7 +178,10 @@ def shape_section(directory: Path, shape: str) -> list[str]:
     for run in runs:
         if "error" in run:
             lines.append(f"- {run['label']} ({run['file']}) did not finish: `{run['error']}`")
-    verl = next(run for run in runs if run["label"].startswith("verl"))
+        elif "stopped" in run:
+            lines.append(f"- {run['label']} ({run['file']}) stopped before its last step: {run['stopped']}")
+    lines += [f"- {run['label']} ({run['file']}) left out: it ran on {run['device']}, not in verl's call"
+              for run in elsewhere]
     shown = [f"`{key.split('.', 1)[1]}={setting(verl['config'], key)}`" for key in SHOWN_SETTINGS
              if setting(verl["config"], key) is not None]
     if shown:
@@ -157,9 +196,10 @@ def verl_section(directory: Path) -> list[str]:
     if not body:
         return []
     return ["## Side by side: ours vs verl vs TRL, same GPUs, one call", "",
-            "Each column ran in the same `bash bench/verl_suite.sh` call on the same machine, doing the same work "
-            "per step (bench/verl_grpo_gpu.py lists verl's settings for each shape). `other` is the step's time "
-            "outside the named stages (advantages, batch balancing, padding). verl computes rewards while it "
+            "Each column ran in the same call on the same machine (`bash bench/verl_suite.sh` runs them all; a column "
+            "from another machine is left out), doing the same work per step (bench/verl_grpo_gpu.py lists verl's "
+            "settings for each shape). `other` is the step's time outside the named stages (advantages, batch "
+            "balancing, padding). verl computes rewards while it "
             "generates, so its `reward` is inside `gen`; verl recomputes the old policy's log-probs, ours skips "
             "that forward when a rollout gets one optimizer step (its own forward is π_old). Ours with vLLM 0.24.0 "
             "ran in verl's environment, so next to verl it differs only in the framework code.", "", *body]

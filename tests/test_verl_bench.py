@@ -90,6 +90,31 @@ def test_a_failed_verl_run_shows_its_error_and_ours_still_has_its_column(synthet
     assert "verl (dapo8b_verl.json) did not finish: `exit 1: Traceback / torch.OutOfMemoryError: CUDA out of memory`" in dapo
 
 
+def test_a_verl_run_stopped_after_its_first_step_is_compared_on_first_steps_only(synthetic_runs):
+    write(synthetic_runs, "dapo8b_verl.json", {"device": "GPU-X", "command": "verl-dapo-cmd", "returncode": "timeout",
+                                               "wall_s": 537.2, "config": {}, "peak_memory_gib": [118.6],
+                                               "steps": [step(1, 28, 31, 104, 1.5, 175, 1400, "update_weights")]})
+    text = "\n".join(verl_section(synthetic_runs))
+    dapo = text[text.index("One DAPO step"):]
+    assert "| **step** | **60.00** | — |" in dapo  # no steps after the first: no medians, no target verdict
+    assert "target ≥" not in dapo
+    # first steps: ours 140 s (80 + 4 + 40 + 5, other 11), verl 175 s (28 + 31 + 104 + 1.5, other 10.5)
+    assert "| update_actor | 40.00 | 104.00 |" in dapo and "| other | 11.00 | 10.50 |" in dapo
+    assert "verl finished only its first step (exit timeout after 1 step(s), 537 s in all)" in dapo
+    assert "verl first step / ours first step: **1.25×**" in dapo
+    assert "ours is slower than verl at: gen by 52.00 s, sync_weights by 3.50 s, other by 0.50 s" in dapo
+    assert "verl (dapo8b_verl.json) stopped before its last step: exit timeout after 1 step(s)" in dapo
+
+
+def test_a_column_from_another_machine_is_left_out_with_a_note(synthetic_runs):
+    trl = json.loads((synthetic_runs / "e2e_trl.json").read_text())
+    write(synthetic_runs, "e2e_trl.json", trl | {"device": "GPU-Y"})
+    text = "\n".join(verl_section(synthetic_runs))
+    grpo = text[:text.index("One DAPO step")]
+    assert "| stage (s) | ours (vLLM 0.26.0) | ours (vLLM 0.24.0) | verl 0.9.1 (vLLM 0.24.0) |" in grpo
+    assert "TRL 1.16.0 (e2e_trl.json) left out: it ran on GPU-Y, not in verl's call" in grpo
+
+
 def test_speed_settings_are_read_back_from_the_config_verl_recorded(synthetic_runs):
     text = "\n".join(verl_section(synthetic_runs))
     assert "`model.use_remove_padding=True`, `actor.use_dynamic_bsz=True`" in text
