@@ -361,14 +361,17 @@ def _details(section: BeforeAfter, rows: list[RecipeRow]) -> list[str]:
 
 
 def _stage_text(run: dict) -> str:
-    """`9.6: gen 3.2, old_log_prob 2.3, ...`: the mean step and the stages that took it (exports without: —)."""
+    """`9.6: gen 3.2, old_log_prob 2.3, ...`: the mean step and the stages that took it (exports without: —), then
+    the engine's log-prob error against the trainer where the run logged it."""
     if run.get("step_seconds") is None:
         return "—"
     stages = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in (run.get("stage_seconds") or {}).items()
                        if seconds >= 0.05)
     steady = run.get("steady_step_seconds")
     mean = f"{run['step_seconds']:.1f}" + ("" if steady is None else f" ({steady:.1f} after step 1)")
-    return mean + (f": {stages}" if stages else "")
+    diff = run.get("logprob_diff")
+    logprobs = f"; rollout/logprob_diff mean {diff['mean']:.3f}, max {diff['max']:.2f}" if diff else ""
+    return mean + (f": {stages}" if stages else "") + logprobs
 
 
 def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]:

@@ -57,6 +57,8 @@ GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step
 SAMPLED_TOKENS_KEY = "rollout/sampled_tokens"
 STAGE_TIME_PREFIX = "timing_s/"
 STEP_TIME_KEY = STAGE_TIME_PREFIX + "step"
+# |rollout engine's log-prob − trainer's| per token, one mean and one max per step (engines that return log-probs).
+LOGPROB_DIFF_PREFIX = "rollout/logprob_diff/"
 # Tags a benchmark driver sets on a training run (bench/gsm8k_leaderboard.py):
 STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps, e.g. "time: after step 17 of 25"
 GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when runs share GPUs
@@ -188,11 +190,22 @@ def _export_run(client, run) -> dict:
         # Where a step's time goes (gen, old_log_prob, update_actor, ...): means over the steps, 0 s stages left out.
         "stage_seconds": {stage: round(sum(v for _, v in points) / len(points), 3)
                           for stage, points in stages.items() if points and any(v > 0 for _, v in points)},
+        "logprob_diff": _logprob_diff(history, metrics),
         "tags": {key: tags[key] for key in BENCH_TAGS if key in tags},
         "params": {key: params.get(key) for key in EXPORTED_PARAMS},
         "final": final,
         "history": histories,
     }
+
+
+def _logprob_diff(history, metrics: dict) -> dict | None:
+    """The engine's log-probs against the trainer's over a run: the mean of the per-step means and the largest
+    per-step max; None where the rollout returned no log-probs."""
+    keys = (LOGPROB_DIFF_PREFIX + "mean", LOGPROB_DIFF_PREFIX + "max")
+    if not all(key in metrics for key in keys):
+        return None
+    means, maxes = ([value for _, value in history(key)] for key in keys)
+    return {"mean": round(sum(means) / len(means), 4), "max": round(max(maxes), 4)}
 
 
 def steady_seconds(step_times: list[float]) -> float | None:
