@@ -44,9 +44,13 @@ def e2e_section(directory: Path) -> list[str]:
     if pair is None:
         return []
     ours, trl = pair
+    title = "## End to end: one GRPO step, ours vs TRL GRPOTrainer (vLLM colocate)"
+    if "?" not in (ours["device"], trl["device"]) and ours["device"] != trl["device"]:
+        return [title, "", f"Not compared: ours ran on {ours['device']} and TRL on {trl['device']} (a later call re-ran "
+                "one of them); `bash bench/perf_e2e_suite.sh` runs both on one GPU.", ""]
     speedup = trl["step"] / ours["step"]
     verdict = "met" if speedup >= SPEEDUP_TARGET else f"missed by {SPEEDUP_TARGET - speedup:.2f}×"
-    lines = ["## End to end: one GRPO step, ours vs TRL GRPOTrainer (vLLM colocate)", "",
+    lines = [title, "",
              f"Same GPU ({ours['device']}), the two runs back to back, same work per step; medians over {ours['steps']} and "
              f"{trl['steps']} steps after a warm-up step. Speed-up = TRL step time / ours: **{speedup:.2f}×** "
              f"(target ≥ {SPEEDUP_TARGET}×: {verdict}).", "",
@@ -70,7 +74,7 @@ def e2e_section(directory: Path) -> list[str]:
 
 def write_e2e_plot(directory: Path) -> list[str]:
     pair = load_pair(directory)
-    if pair is None:
+    if pair is None or pair[0]["device"] != pair[1]["device"]:
         return []
     import matplotlib
 
