@@ -39,13 +39,18 @@ def load_pair(directory: Path) -> tuple[dict, dict] | None:
     return _ours(json.loads(ours.read_text())), _trl(json.loads(trl.read_text()))
 
 
+def same_machine(ours: dict, trl: dict) -> bool:
+    """Whether the two runs can be compared: the same GPU, or a run that did not record its device ("?")."""
+    return "?" in (ours["device"], trl["device"]) or ours["device"] == trl["device"]
+
+
 def e2e_section(directory: Path) -> list[str]:
     pair = load_pair(directory)
     if pair is None:
         return []
     ours, trl = pair
     title = "## End to end: one GRPO step, ours vs TRL GRPOTrainer (vLLM colocate)"
-    if "?" not in (ours["device"], trl["device"]) and ours["device"] != trl["device"]:
+    if not same_machine(ours, trl):
         return [title, "", f"Not compared: ours ran on {ours['device']} and TRL on {trl['device']} (a later call re-ran "
                 "one of them); `bash bench/perf_e2e_suite.sh` runs both on one GPU.", ""]
     speedup = trl["step"] / ours["step"]
@@ -74,7 +79,7 @@ def e2e_section(directory: Path) -> list[str]:
 
 def write_e2e_plot(directory: Path) -> list[str]:
     pair = load_pair(directory)
-    if pair is None or pair[0]["device"] != pair[1]["device"]:
+    if pair is None or not same_machine(*pair):
         return []
     import matplotlib
 
