@@ -56,8 +56,11 @@ def from_steps(steps: list[dict]) -> dict:
     kept = steps[1:]
     if not kept:
         return run
-    return run | {"rows": stage_rows(kept), "step": statistics.median(s["timing_s/step"] for s in kept),
-                  "tokens_per_s_per_gpu": statistics.median(s["perf/throughput"] for s in kept)}
+    run |= {"rows": stage_rows(kept), "step": statistics.median(s["timing_s/step"] for s in kept),
+            "tokens_per_s_per_gpu": statistics.median(s["perf/throughput"] for s in kept)}
+    if all("perf/mfu/actor" in s for s in kept):  # verl's own MFU estimate of its update
+        run["update_mfu"] = statistics.median(s["perf/mfu/actor"] for s in kept)
+    return run
 
 
 def from_trl(report: dict) -> dict:
@@ -77,7 +80,9 @@ def load_run(path: Path, framework: str) -> dict:
     engine = f" (vLLM {versions['vllm']})" if versions.get("vllm") else ""
     own = f" {versions[framework.lower()]}" if versions.get(framework.lower()) else ""
     run = {"label": f"{framework}{own}{engine}", "file": path.name, "device": report.get("device", "?"),
-           "command": report.get("command", "?"), "config": report.get("config", {})}
+           "command": report.get("command", "?"), "config": report.get("config", {}),
+           # bench/verl_grpo_gpu.py records flash-attn's version, None where it was absent (verl then runs padded)
+           "padded": "flash-attn" in versions and versions["flash-attn"] is None}
     peaks = report.get("peak_memory_gib") or []
     run["peak_memory_gib"] = max(peaks) if peaks else None
     steps = report.get("steps") or []
@@ -144,6 +149,7 @@ def verdicts(runs: list[dict]) -> list[str]:
         speedup = verl[step] / run[step]
         if steady:
             target = "met" if speedup >= SPEEDUP_TARGET else f"missed by {SPEEDUP_TARGET - speedup:.2f}×"
+            target += ", against verl without sequence packing" if verl["padded"] else ""
             lines.append(f"- verl step / {run['label']} step: **{speedup:.2f}×** (target ≥ {SPEEDUP_TARGET}×: {target})")
         else:
             lines.append(f"  - verl first step / {run['label']} first step: **{speedup:.2f}×**")
@@ -151,7 +157,18 @@ def verdicts(runs: list[dict]) -> list[str]:
                   if run[rows][row] - verl[rows][row] >= 0.01]
         if slower:
             lines.append(f"  - {run['label']} is slower than verl at: {', '.join(slower)}")
-    return lines
+    return lines + padded_note(verl)
+
+
+def padded_note(verl: dict) -> list[str]:
+    """Where verl ran without flash-attn, what that means for the ratios above."""
+    if not verl["padded"]:
+        return []
+    mfu = f" (its own MFU figure for the update, `perf/mfu/actor`: {verl['update_mfu']:.1%})" if "update_mfu" in verl \
+        else ""
+    return [f"- verl ran without flash-attn, so without sequence packing: padded micro-batches through PyTorch's "
+            f"SDPA{mfu}. That is not verl at its best (bench/README.md): the ratios above compare ours with this "
+            "verl, not with verl packing its sequences."]
 
 
 def setting(config: dict, dotted: str):

@@ -120,6 +120,24 @@ def test_speed_settings_are_read_back_from_the_config_verl_recorded(synthetic_ru
     assert "`model.use_remove_padding=True`, `actor.use_dynamic_bsz=True`" in text
 
 
+def test_a_verl_run_without_flash_attn_qualifies_the_verdict_and_gives_its_mfu(synthetic_runs):
+    report = json.loads((synthetic_runs / "e2e_verl.json").read_text())
+    for n, metrics in enumerate(report["steps"]):
+        metrics["perf/mfu/actor"] = (0.5, 0.02, 0.04)[n]  # step 1 (0.5) is left out of the median
+    report["versions"]["flash-attn"] = None
+    write(synthetic_runs, "e2e_verl.json", report)
+    grpo = "\n".join(verl_section(synthetic_runs)).split("One DAPO step")[0]
+    assert "**1.40×** (target ≥ 1.25×: met, against verl without sequence packing)" in grpo
+    assert "verl ran without flash-attn" in grpo and "`perf/mfu/actor`: 3.0%" in grpo
+
+
+def test_a_verl_run_with_flash_attn_has_no_padding_note(synthetic_runs):
+    report = json.loads((synthetic_runs / "e2e_verl.json").read_text())
+    write(synthetic_runs, "e2e_verl.json", report | {"versions": report["versions"] | {"flash-attn": "2.8.3"}})
+    text = "\n".join(verl_section(synthetic_runs))
+    assert "without flash-attn" not in text and "without sequence packing" not in text
+
+
 def test_no_verl_run_no_section(synthetic_runs):
     for name in ("e2e_verl.json", "dapo8b_verl.json"):
         (synthetic_runs / name).unlink()
