@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from core.config import ConfigError, load_config
 from core.config.validate import validate_config
 from core.data.batch import Batch
-from core.rollout.base import SamplingParams
+from core.rollout.base import SamplingParams, rollout_from_token_lists
 from core.rollout.hf import HFRollout
-from core.rollout.partial import generate_in_segments
+from core.rollout.partial import generate_in_segments, stop_token_ids
 from recipes.grpo.trainer import GRPOTrainer
 
 GREEDY = SamplingParams(n=2, temperature=0.0, max_new_tokens=7, seed=0)
@@ -42,7 +42,7 @@ def prompt_batch(tokenizer, texts):
 def segmented(rollout, prompts, chunk, versions):
     tokenizer = rollout.tokenizer
     return generate_in_segments(rollout.generate, rollout.generate, prompts, GREEDY, chunk, versions,
-                                tokenizer.eos_token_id, tokenizer.pad_token_id)
+                                {tokenizer.eos_token_id}, tokenizer.pad_token_id)
 
 
 def test_a_batch_generated_two_tokens_at_a_time_is_the_batch_generated_at_once(rollout):
@@ -87,6 +87,46 @@ def test_weights_changed_between_segments_generate_the_rest_of_each_response(rol
                                atol=1e-4, rtol=1e-4)
     assert not torch.allclose(parts["rollout_log_probs"][:, 3:], before["rollout_log_probs"][:, 3:])
     assert list(parts["policy_version_last"]) == [1] * 4
+
+
+def test_a_response_ending_on_the_models_own_stop_token_at_a_segment_end_is_not_continued(rollout):
+    """An engine stops on the model's end-of-turn ids too (here 7; the tokenizer's EOS is another id): a row
+    that ends on one exactly where its segment ends is finished, a row that filled it with other tokens goes on.
+    The engine is scripted: each call returns, for each row, the next tokens of its prompt's script."""
+    tokenizer = rollout.tokenizer
+    prompts = prompt_batch(tokenizer, ["1+2=", "13+25="])
+    scripts = {tuple(tokenizer("1+2=")["input_ids"]): [11, 12, 7],  # ends on 7 with its first segment
+               tuple(tokenizer("13+25=")["input_ids"]): [21, 22, 23, 24, 25]}
+    rows_per_call = []
+
+    def engine(batch, params):
+        responses = []
+        for row_ids, mask in zip(batch["input_ids"], batch["attention_mask"]):
+            sequence = row_ids[mask.bool()].tolist()
+            prompt = next(p for p in scripts if tuple(sequence[: len(p)]) == p)
+            done = len(sequence) - len(prompt)
+            responses.append(scripts[prompt][done: done + params.max_new_tokens])
+        rows_per_call.append(len(responses))
+        return rollout_from_token_lists(batch, responses, [[-0.5] * len(r) for r in responses],
+                                        tokenizer.pad_token_id, 1)
+
+    params = SamplingParams(n=1, temperature=0.0, max_new_tokens=5, seed=0)
+    assert tokenizer.eos_token_id != 7
+    parts = generate_in_segments(engine, engine, prompts, params, 3, lambda: 0, {tokenizer.eos_token_id, 7},
+                                 tokenizer.pad_token_id)
+    assert rows_per_call == [2, 1]  # only the second row was continued
+    assert parts["responses"][0, :3].tolist() == [11, 12, 7] and int(parts["response_mask"][0].sum()) == 3
+    assert parts["responses"][1].tolist() == [21, 22, 23, 24, 25]
+
+
+def test_stop_token_ids_are_the_tokenizers_eos_and_the_models_own(rollout, tmp_path):
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [7, 9]}')
+    eos = rollout.tokenizer.eos_token_id
+    assert stop_token_ids(rollout.tokenizer, str(tmp_path)) == {eos, 7, 9}
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": 9}')
+    assert stop_token_ids(rollout.tokenizer, str(tmp_path)) == {eos, 9}
+    (tmp_path / "generation_config.json").unlink()
+    assert stop_token_ids(rollout.tokenizer, str(tmp_path)) == {eos}
 
 
 def test_the_async_schedule_resumes_generations_on_new_weights_within_its_bound(fast_overrides):

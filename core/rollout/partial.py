@@ -14,10 +14,11 @@ followed by the response so far (n=1 per row).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 
 import numpy as np
+from transformers import GenerationConfig
 
 from core.data.batch import Batch
 from core.data.dataset import left_padded
@@ -27,19 +28,20 @@ Generate = Callable[[Batch, SamplingParams], Batch]
 
 
 def generate_in_segments(first: Generate, cont: Generate, prompts: Batch, params: SamplingParams, chunk: int,
-                         before_segment: Callable[[], int], eos_token_id: int, pad_token_id: int) -> Batch:
+                         before_segment: Callable[[], int], stop_ids: Collection[int], pad_token_id: int) -> Batch:
     """`prompts` → the rollout batch `first(prompts, params)` would give, generated `chunk` tokens at a time.
 
     `first` generates the n samples per prompt (the trainer's `generate`, which also tags groups), `cont`
     continues single rows; `before_segment()` runs before every segment (the schedule lets a weight sync
     in there) and returns the engine's weight version, recorded per row: `policy_version` (the first
-    segment's) and `policy_version_last` (the last segment that extended the row)."""
+    segment's) and `policy_version_last` (the last segment that extended the row). A response that filled its
+    segment goes on unless it ended on one of `stop_ids` (`stop_token_ids`)."""
     version = before_segment()
     length = min(chunk, params.max_new_tokens)  # tokens every still-open response has: each used its budget
     batch = first(prompts, replace(params, max_new_tokens=length))
     tokens = [_valid(batch, row) for row in range(len(batch))]  # per row: (token ids, their log-probs)
     last_version = np.full(len(batch), version)
-    open_rows = [row for row, (ids, _) in enumerate(tokens) if _unfinished(ids, length, eos_token_id)]
+    open_rows = [row for row, (ids, _) in enumerate(tokens) if _unfinished(ids, length, stop_ids)]
     segments = 1
     while open_rows and length < params.max_new_tokens:
         version = before_segment()
@@ -51,7 +53,7 @@ def generate_in_segments(first: Generate, cont: Generate, prompts: Batch, params
         for row, (ids, log_probs) in zip(open_rows, added):
             tokens[row] = (tokens[row][0] + ids, tokens[row][1] + log_probs)
             last_version[row] = version
-        open_rows = [row for row, (ids, _) in zip(open_rows, added) if _unfinished(ids, budget, eos_token_id)]
+        open_rows = [row for row, (ids, _) in zip(open_rows, added) if _unfinished(ids, budget, stop_ids)]
         length, segments = length + budget, segments + 1
     rollout = rollout_from_token_lists(prompts, [ids for ids, _ in tokens], [lp for _, lp in tokens],
                                        pad_token_id, params.n)
@@ -67,9 +69,21 @@ def _valid(batch: Batch, row: int) -> tuple[list[int], list[float]]:
     return batch["responses"][row, :length].tolist(), batch["rollout_log_probs"][row, :length].tolist()
 
 
-def _unfinished(ids: list[int], budget: int, eos_token_id: int) -> bool:
-    """A response that used its whole segment without an EOS: it goes on in the next segment."""
-    return len(ids) == budget and eos_token_id not in ids
+def stop_token_ids(tokenizer, model_path: str) -> frozenset[int]:
+    """The ids an engine ends a response on: the tokenizer's EOS and the model's own end-of-turn ids
+    (generation_config.json's `eos_token_id`, one id or a list), which vLLM and SGLang stop on as well."""
+    try:
+        model_eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's EOS alone
+        model_eos = None
+    ids = {tokenizer.eos_token_id, *(model_eos if isinstance(model_eos, list) else [model_eos])}
+    return frozenset(token for token in ids if token is not None)
+
+
+def _unfinished(ids: list[int], budget: int, stop_ids: Collection[int]) -> bool:
+    """A response that used its whole segment and did not end on a stop token: it goes on in the next segment.
+    (An engine stops at its first stop token, so only the last one can be.)"""
+    return len(ids) == budget and ids[-1] not in stop_ids
 
 
 def _continuation_prompts(batch: Batch, rows: list[int], tokens, pad_token_id: int) -> Batch:

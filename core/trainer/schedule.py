@@ -42,8 +42,9 @@ from dataclasses import replace
 import numpy as np
 
 from core.data.batch import Batch
+from core.models.loading import resolve_model_path
 from core.rollout.base import SamplingParams, concat_rollouts
-from core.rollout.partial import generate_in_segments
+from core.rollout.partial import generate_in_segments, stop_token_ids
 from core.tracking.metrics import timed
 from core.trainer.metrics import staleness_metrics
 
@@ -185,6 +186,8 @@ class AsyncSchedule(OneStepOffSchedule):
         self.stream_groups = trainer.config.trainer.stream_groups  # prompts per part; None: the whole batch
         self.no_sync_waiting = threading.Event()  # cleared while a weight sync waits for the engine
         self.no_sync_waiting.set()
+        self.stop_ids = (stop_token_ids(trainer.tokenizer, resolve_model_path(trainer.config.model.path))
+                         if trainer.config.trainer.partial_rollout else None)  # where a segment's response ended
 
     def _submit(self, prompts: Batch) -> list[Future]:
         if not self.stream_groups:
@@ -238,7 +241,7 @@ class AsyncSchedule(OneStepOffSchedule):
         batch = generate_in_segments(
             on_engine(trainer.generate), on_engine(trainer.actor_rollout.generate), prompts,
             params or trainer.sampling_params(), trainer.config.trainer.partial_rollout_chunk, before_segment,
-            tokenizer.eos_token_id, tokenizer.pad_token_id)
+            self.stop_ids, tokenizer.pad_token_id)
         batch.non_tensors["policy_version"] = np.full(len(batch), versions[0], dtype=object)
         return batch, time.perf_counter() - start
 
