@@ -178,16 +178,24 @@ def setting(config: dict, dotted: str):
     return config
 
 
-def shape_section(directory: Path, shape: str) -> list[str]:
-    title, files = SHAPES[shape]
-    runs = [load_run(directory / name, framework) for framework, name in files if (directory / name).exists()]
+def shape_runs(directory: Path, shape: str) -> tuple[list[dict], list[dict]]:
+    """The shape's columns that ran in verl's call, and those from another machine; nothing without a verl run."""
+    runs = [load_run(directory / name, framework) for framework, name in SHAPES[shape][1]
+            if (directory / name).exists()]
     verl = next((run for run in runs if run["label"].startswith("verl")), None)
     if verl is None:
-        return []
+        return [], []
     # A column from another machine did not run in verl's call (a later call re-ran only part of the suite); "?":
     # the run did not record its device (bench/scale_suite.py before 2026-11-26).
     elsewhere = [run for run in runs if run["device"] not in (verl["device"], "?")]
-    runs = [run for run in runs if run not in elsewhere]
+    return [run for run in runs if run not in elsewhere], elsewhere
+
+
+def shape_section(directory: Path, shape: str) -> list[str]:
+    runs, elsewhere = shape_runs(directory, shape)
+    if not runs:
+        return []
+    title, verl = SHAPES[shape][0], next(run for run in runs if run["label"].startswith("verl"))
     devices = sorted({run["device"] for run in runs})
     counts = ", ".join(cell(run, str(run.get("steps"))) for run in runs)
     lines = [f"### {title}", "", f"Device: {', '.join(devices)}. Medians over the steps after the first ({counts} "
@@ -220,3 +228,38 @@ def verl_section(directory: Path) -> list[str]:
             "generates, so its `reward` is inside `gen`; verl recomputes the old policy's log-probs, ours skips "
             "that forward when a rollout gets one optimizer step (its own forward is π_old). Ours with vLLM 0.24.0 "
             "ran in verl's environment, so next to verl it differs only in the framework code.", "", *body]
+
+
+def write_verl_plot(directory: Path) -> list[str]:
+    """verl_side_by_side.png: one panel per shape, each column's step as stacked stage bars: medians after the
+    first step, or the first steps where verl has no later one (as the tables compare them)."""
+    finished = {shape: [run for run in shape_runs(directory, shape)[0] if "error" not in run] for shape in SHAPES}
+    panels = [(shape, runs) for shape, runs in finished.items() if any(r["label"].startswith("verl") for r in runs)]
+    if not panels:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 1.5 + 0.7 * sum(len(runs) for _, runs in panels)),
+                             squeeze=False)
+    for ax, (shape, runs) in zip(axes[:, 0], panels):
+        verl = next(run for run in runs if run["label"].startswith("verl"))
+        key = "rows" if "rows" in verl else "first_rows"
+        runs = [run for run in runs if key in run]
+        for y, run in enumerate(reversed(runs)):
+            left = 0.0
+            for index, row in enumerate((*STAGES, "other")):
+                width = max(run[key][row], 0.0)
+                ax.barh(y, width, left=left, color=f"C{index}", label=row if y == 0 else None)
+                left += width
+        labels = [run["label"] + ("\n(no flash-attn: padded)" if run["padded"] else "") for run in reversed(runs)]
+        ax.set_yticks(range(len(runs)), labels, fontsize=8)
+        ax.set_xlabel("seconds per step" + ("" if key == "rows" else " (first steps: verl made no second)"))
+        ax.set_title(SHAPES[shape][0], fontsize=9)
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, ncol=len(names), fontsize=7, loc="lower center")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(directory / "verl_side_by_side.png", dpi=120)
+    return ["verl_side_by_side.png"]

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from verl_grpo_gpu import WITHOUT_FLASH_ATTN, compose, read_steps, verl_overrides  # noqa: E402
-from verl_report import verl_section  # noqa: E402
+from verl_report import verl_section, write_verl_plot  # noqa: E402
 
 needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None or importlib.util.find_spec("hydra") is None,
                                 reason="verl is installed in its own environment (bench/requirements-verl.txt)")
@@ -136,6 +136,15 @@ def test_a_verl_run_with_flash_attn_has_no_padding_note(synthetic_runs):
     write(synthetic_runs, "e2e_verl.json", report | {"versions": report["versions"] | {"flash-attn": "2.8.3"}})
     text = "\n".join(verl_section(synthetic_runs))
     assert "without flash-attn" not in text and "without sequence packing" not in text
+
+
+def test_the_plot_has_a_panel_per_shape_with_a_verl_run_that_finished(synthetic_runs):
+    assert write_verl_plot(synthetic_runs) == ["verl_side_by_side.png"]  # the DAPO verl run failed: GRPO alone
+    assert (synthetic_runs / "verl_side_by_side.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("e2e_verl.json", "dapo8b_verl.json"):
+        (synthetic_runs / name).unlink()
+    (synthetic_runs / "verl_side_by_side.png").unlink()
+    assert write_verl_plot(synthetic_runs) == [] and not (synthetic_runs / "verl_side_by_side.png").exists()
 
 
 def test_no_verl_run_no_section(synthetic_runs):
