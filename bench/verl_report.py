@@ -12,6 +12,8 @@ import json
 import statistics
 from pathlib import Path
 
+from perf_e2e_report import same_machine
+
 SPEEDUP_TARGET = 1.25
 STAGES = ("gen", "reward", "old_log_prob", "update_actor", "sync_weights")
 # The same stage under verl's name: its weight push from the FSDP actor into vLLM.
@@ -185,9 +187,9 @@ def shape_runs(directory: Path, shape: str) -> tuple[list[dict], list[dict]]:
     verl = next((run for run in runs if run["label"].startswith("verl")), None)
     if verl is None:
         return [], []
-    # A column from another machine did not run in verl's call (a later call re-ran only part of the suite); "?":
-    # the run did not record its device (bench/scale_suite.py before 2026-11-26).
-    elsewhere = [run for run in runs if run["device"] not in (verl["device"], "?")]
+    # A column from another machine did not run in verl's call (a later call re-ran only part of the suite); a run
+    # that did not record its device ("?": bench/scale_suite.py before 2026-11-26) is kept.
+    elsewhere = [run for run in runs if not same_machine(run, verl)]
     return [run for run in runs if run not in elsewhere], elsewhere
 
 
