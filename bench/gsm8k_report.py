@@ -181,21 +181,21 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
 
 def counted_runs(export: dict, invocations) -> dict:
     """`export` without the runs that must not count, and their evaluations: a crashed job's run, the runs of an
-    invocation kept for its timings only, and a run stopped by a budget once a later run of the same recipe,
-    seed and model trained every step (a rerun that finished the job). Of several stopped runs of one recipe,
-    seed and model and no finished one, only the one that trained most steps counts: a seed counts once."""
+    invocation kept for its timings only, and every run of a recipe, seed and model but one. The one that counts:
+    a finished run over one stopped by a budget, then the most steps trained, then the latest started (a rerun
+    replaces the run it repeats, say after the recipe changed; runs exported without a start time are the
+    oldest)."""
     dropped = {job["run_id"] for record in invocations for job in record["jobs"]
                if job.get("run_id") and (job["status"] == "crashed" or not record.get("counted", True))}
-    best = {}  # (recipe, seed, model) -> the run that counts for it: finished first, then the most steps
+    best = {}  # (recipe, seed, model) -> the run that counts for it
     for run in export["runs"]:
         key = (run["recipe"], run["seed"], run["model"])
         if run["run_id"] not in dropped:
-            rank = (not run.get("tags", {}).get(STOPPED_TAG), run.get("steps") or 0)
+            rank = (not run.get("tags", {}).get(STOPPED_TAG), run.get("steps") or 0, run.get("started") or 0)
             if key not in best or rank >= best[key][0]:
                 best[key] = (rank, run["run_id"])
     counted_ids = {run_id for _, run_id in best.values()}
-    dropped |= {run["run_id"] for run in export["runs"] if run.get("tags", {}).get(STOPPED_TAG)
-                and run["run_id"] not in counted_ids}
+    dropped |= {run["run_id"] for run in export["runs"] if run["run_id"] not in counted_ids}
     kept = dict(export, runs=[run for run in export["runs"] if run["run_id"] not in dropped])
     if "evals" in export:
         kept["evals"] = [entry for entry in export["evals"] if entry.get("train_run_id") not in dropped]

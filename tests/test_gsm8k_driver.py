@@ -324,15 +324,18 @@ def test_only_counted_runs_reach_the_table():
     export = {"runs": [run("crash", "grpo", 1), run("timing", "rloo", 1, "after step 1", 1),
                        run("old", "drgrpo", 0, "after step 3", 3), run("full", "drgrpo", 0),
                        run("short", "ppo", 1, "after step 5", 5), run("shorter", "ppo", 1, "after step 4", 4),
-                       run("kept", "grpo", 2)],
+                       run("kept", "grpo", 2), run("before", "rloo", 0), run("rerun", "rloo", 0),
+                       run("unstamped", "remax", 0), run("stamped", "remax", 0)],
               "evals": [{"run_id": "e1", "train_run_id": "timing"}, {"run_id": "e2", "train_run_id": "kept"}]}
+    export["runs"][-4]["started"], export["runs"][-3]["started"], export["runs"][-1]["started"] = 100.0, 200.0, 50.0
     invocations = [{"counted": True, "jobs": [{"status": "crashed", "run_id": "crash"},
                                               {"status": "done", "run_id": "full"}]},
                    {"counted": False, "jobs": [{"status": "stopped", "run_id": "timing"}]}]
     kept = report.counted_runs(export, invocations)
     # crashed: out; timing-only: out with its eval; a stopped run finished by a rerun: out; of two stopped runs
-    # of one seed, the one that trained more steps: kept.
-    assert [r["run_id"] for r in kept["runs"]] == ["full", "short", "kept"]
+    # of one seed, the one that trained more steps: kept; of two finished runs, the later started (a run exported
+    # without a start time counts as the older).
+    assert [r["run_id"] for r in kept["runs"]] == ["full", "short", "kept", "rerun", "stamped"]
     assert [e["run_id"] for e in kept["evals"]] == ["e2"]
 
 

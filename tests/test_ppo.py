@@ -66,6 +66,33 @@ def test_critic_value_of_response_token_t_is_the_output_before_it(random_model_d
     assert (moved[0, 3] - values[0, 3]).abs() > 1e-6
 
 
+def test_a_zeros_value_head_starts_every_value_at_zero_and_still_learns(random_model_dir):
+    normal, zeros = load_value_model(random_model_dir), load_value_model(random_model_dir, head_init="zeros")
+    batch = response_batch(zeros.config.vocab_size)
+    values = {}
+    for name, critic in (("normal", normal), ("zeros", zeros)):
+        engine = FSDPEngine(critic, init_distributed("cpu"), micro_batch_size=1, mixed_precision="fp32", head="value")
+        values[name] = engine.compute_values(batch)
+    assert values["normal"][batch["response_mask"].bool()].abs().min() > 0, "HF's random head gives values ≠ 0"
+    assert (values["zeros"] == 0).all()
+    # V ≡ 0 is no dead end: dV/dw of the head is the body's hidden state, which is not zero.
+    fresh = load_value_model(random_model_dir, head_init="zeros")
+    fresh(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.sum().backward()
+    assert fresh.score.weight.grad.abs().sum() > 0
+
+
+def test_a_trained_value_head_is_kept_whatever_value_head_init_says(random_model_dir, tmp_path):
+    trained = load_value_model(random_model_dir)
+    with torch.no_grad():
+        trained.score.weight.fill_(0.5)
+    trained.save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (Path(random_model_dir) / name).exists():
+            (tmp_path / name).write_bytes((Path(random_model_dir) / name).read_bytes())
+    reloaded = load_value_model(str(tmp_path), head_init="zeros")
+    assert (reloaded.score.weight == 0.5).all()
+
+
 def test_value_engine_update_is_the_plain_autograd_step(random_model_dir):
     critic = load_value_model(random_model_dir)
     plain = copy.deepcopy(critic)

@@ -123,6 +123,8 @@ def test_an_unknown_name_lists_the_valid_ones():
         check("reward.manager=threads")
     with pytest.raises(ConfigError, match=r"model.init='randn' is not one of \['pretrained', 'random'\]"):
         check("model.init=randn")
+    with pytest.raises(ConfigError, match=r"critic.value_head_init='xavier' is not one of \['normal', 'zeros'\]"):
+        check("critic.value_head_init=xavier")
 
 
 @pytest.mark.parametrize("recipe", ["grpo", "rloo"])

@@ -26,6 +26,7 @@ from core.algos.policy_loss import POLICY_LOSSES
 from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
 from core.config import CONFIG_DIR, ConfigError
 from core.data.dataset import TRUNCATION_MODES
+from core.models.loading import VALUE_HEAD_INITS
 from core.models.lora import LoraSpec, check_targets
 from core.models.random_init import MODEL_INITS
 from core.reward.build import GSM8K_METHODS, MANAGERS
@@ -164,6 +165,7 @@ def check_choices(resolved: dict) -> None:
         "algorithm.rollout_correction.mode": [NO_CORRECTION, *ROLLOUT_CORRECTIONS.names()],
         "actor.loss_agg_mode": AGG_MODES.names(),
         "critic.loss_agg_mode": AGG_MODES.names(),
+        "critic.value_head_init": list(VALUE_HEAD_INITS),
         "actor.kl_loss_type": KL_ESTIMATORS.names(),
         "algorithm.kl_penalty": KL_ESTIMATORS.names(),
         "data.truncation": list(TRUNCATION_MODES),

@@ -102,16 +102,38 @@ def load_causal_lm(path: str, gguf_file: str | None = None, trust_remote_code: b
                                                 trust_remote_code=trust_remote_code)
 
 
+VALUE_HEAD_INITS = ("normal", "zeros")  # critic.value_head_init
+
+
 def load_value_model(path: str, gguf_file: str | None = None, trust_remote_code: bool = False,
-                     dtype: torch.dtype = torch.float32):
+                     dtype: torch.dtype = torch.float32, head_init: str = "normal"):
     """A critic: the causal LM's body with a fresh scalar head (`score`, one label) per token.
 
     Loading a causal-LM checkpoint this way keeps every transformer weight and drops `lm_head`,
     as verl builds its critic. Dropout on the head is off: V must be deterministic, since the
     values a rollout was scored with are the clipping anchor V_old of the value loss.
+    `head_init` applies only to a head the checkpoint lacks (see `init_fresh_value_head`); a
+    trained value model's own head is kept.
     """
     check_model_files(path, gguf_file, weights=True)
     config = AutoConfig.from_pretrained(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
     config.num_labels, config.classifier_dropout = 1, 0.0
-    return AutoModelForTokenClassification.from_pretrained(path, config=config, gguf_file=gguf_file, dtype=dtype,
-                                                           trust_remote_code=trust_remote_code)
+    model, info = AutoModelForTokenClassification.from_pretrained(
+        path, config=config, gguf_file=gguf_file, dtype=dtype, trust_remote_code=trust_remote_code,
+        output_loading_info=True)
+    if any(key.startswith("score.") for key in info["missing_keys"]):
+        init_fresh_value_head(model, head_init)
+    return model
+
+
+def init_fresh_value_head(model, head_init: str) -> None:
+    """`normal`: the head as HF draws it, N(0, initializer_range²), as verl's critic starts. `zeros`: V ≡ 0 at
+    the start, so PPO's first advantages are the (whitened) returns. A random head on a pretrained body gives
+    every token a value of the body's scale, whatever the reward's; where rewards are small and sparse (GSM8K's
+    0.1 format credit) the per-token noise of R − V(s_t) then drowns the signal until the critic has fitted."""
+    if head_init not in VALUE_HEAD_INITS:
+        raise ConfigError(f"critic.value_head_init={head_init!r} is not one of {list(VALUE_HEAD_INITS)}")
+    if head_init == "zeros":
+        with torch.no_grad():
+            for param in model.score.parameters():
+                param.zero_()

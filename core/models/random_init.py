@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, PreTrainedModel
 
-from core.models.loading import load_causal_lm, load_value_model
+from core.models.loading import init_fresh_value_head, load_causal_lm, load_value_model
 
 MODEL_INITS = ("pretrained", "random")
 TORCH_INITS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
@@ -36,13 +36,16 @@ def build_causal_lm(model_cfg, path: str, seed: int) -> torch.nn.Module:
     return _random(AutoModelForCausalLM, config, seed, model_cfg.trust_remote_code)
 
 
-def build_value_model(model_cfg, path: str, seed: int) -> torch.nn.Module:
-    """A critic (causal-LM body + scalar head): from `path`'s weights, or random (`model.init=random`)."""
+def build_value_model(model_cfg, path: str, seed: int, head_init: str = "normal") -> torch.nn.Module:
+    """A critic (causal-LM body + scalar head): from `path`'s weights, or random (`model.init=random`).
+    `head_init` (critic.value_head_init) starts a head the weights lack."""
     if model_cfg.init == "pretrained":
-        return load_value_model(path, model_cfg.gguf_file, model_cfg.trust_remote_code)
+        return load_value_model(path, model_cfg.gguf_file, model_cfg.trust_remote_code, head_init=head_init)
     config = _config(model_cfg, path)
     config.num_labels, config.classifier_dropout = 1, 0.0
-    return _random(AutoModelForTokenClassification, config, seed, model_cfg.trust_remote_code)
+    model = _random(AutoModelForTokenClassification, config, seed, model_cfg.trust_remote_code)
+    init_fresh_value_head(model, head_init)
+    return model
 
 
 def _config(model_cfg, path: str):

@@ -25,6 +25,7 @@ EXPORT_SCHEMA = 1
 EXPORTED_PARAMS = (
     "actor.lr",
     "algorithm.adv_estimator",
+    "critic.value_head_init",
     "data.max_prompt_length",
     "data.max_response_length",
     "data.train_batch_size",
@@ -181,6 +182,7 @@ def _export_run(client, run) -> dict:
         "model": params.get("model.path"),
         "seed": _seed(tags.get("seed", params.get("trainer.seed"))),
         "steps": train_steps[-1][0] if train_steps else _int_or_none(params.get("trainer.total_steps")),
+        "started": round(info.start_time / 1000, 3),  # epoch seconds: of two runs that did the same, the later counts
         "wall_seconds": round((info.end_time - info.start_time) / 1000, 3) if info.end_time else None,
         "generated_tokens": int(round(sum(value for _, value in tokens))),
         "sampled_tokens": None if sampled is None else int(round(sum(value for _, value in sampled))),

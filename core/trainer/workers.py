@@ -151,7 +151,7 @@ class CriticWorker:
                             warmup_steps=critic.warmup_steps, grad_clip=critic.grad_clip)
         # Re-seeded so every rank (torchrun's or Ray's) builds the same fresh value head, whatever ran before.
         torch.manual_seed(config.trainer.seed)
-        model = build_value_model(config.model, path, seed=config.trainer.seed)
+        model = build_value_model(config.model, path, seed=config.trainer.seed, head_init=critic.value_head_init)
         self.engine = FSDPEngine(model, world, optim=optim, micro_batch_size=critic.micro_batch_size,
                                  mixed_precision=actor.mixed_precision,
                                  gradient_checkpointing=actor.gradient_checkpointing, head="value")
