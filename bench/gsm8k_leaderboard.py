@@ -248,7 +248,7 @@ def variant_overrides(variant: str, args) -> list[str]:
         # Published GSM8K PPO trains its critic at 1e-5. The critic does not pack sequences: 16 padded rows
         # are about the actor's 8k-token micro-batch. A zero value head: the random one gives every token a value
         # of the pretrained body's scale, noise that drowned the 0.1 format credit in R − V(s_t) for the 8 steps
-        # of the first PPO runs (reward 0.015 -> 0.04, where the group-based recipes reached 0.10).
+        # of the first PPO runs (recipes/ppo/README.md).
         return [f"critic.lr={args.lr}", "critic.micro_batch_size=16", "critic.value_head_init=zeros"]
     return []
 

@@ -340,6 +340,24 @@ def test_only_counted_runs_reach_the_table():
 
 
 
+def test_the_readme_says_which_runs_of_each_invocation_count():
+    def job(name, status, run_id):
+        return {"name": name, "status": status, "run_id": run_id, "gpu": "0"}
+    def record(started, jobs, counted=True):
+        return {"started": started, "command": "bash bench/gsm8k_leaderboard.sh", "devices": {"0": "H200"}, "model": "m",
+                "runs_per_gpu": 1, "wall_s": 60, "jobs": jobs, "counted": counted}
+    invocations = [record("day 1", [job("ppo-seed0", "done", "old"), job("grpo-seed0", "done", "g0"),
+                                    job("rloo-seed0", "crashed", "r0"), job("dapo-seed0", "skipped", None)]),
+                   record("day 2", [job("grpo-seed1", "stopped", "t1")], counted=False),
+                   record("day 3", [job("ppo-seed0", "done", "new")])]
+    text = report.render_readme(invocations, {"g0", "new"})
+    rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[1]
+            for line in text.splitlines() if line.startswith("| day")}
+    assert rows == {"day 1": "1 of 3", "day 2": "timings only", "day 3": "1 of 1"}
+    assert "| ppo-seed0 | day 1 | 0 | done, replaced |" in text and "| ppo-seed0 | day 3 | 0 | done |" in text
+    assert "| rloo-seed0 | day 1 | 0 | crashed |" in text and "| grpo-seed1 | day 2 | 0 | stopped |" in text
+
+
 def test_gpu_time_is_split_among_the_processes_sharing_it():
     # The run [0, 100]; another process on its GPU over [0, 50], a third over [25, 100]:
     # 25 s shared by 2, 25 s by 3, 50 s by 2 = 12.5 + 8.33 + 25.
@@ -436,7 +454,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
         run["run_id"]]
     readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
     assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
-    assert readme.count("| 6 |") == 1 and "| no |" in readme and "| yes |" in readme and "| `another` |" in readme
+    assert readme.count("| 6 |") == 1 and "| timings only |" in readme and "| 1 of 1 |" in readme and "| `another` |" in readme
     assert record_path.name.endswith(f"-{out.name}.json")
     assert sorted(path.name for path in (results / "gsm8k_leaderboard" / "invocations").iterdir()) == [
         "20000101-000000-other.json", "20000101-000000.json", record_path.name]
