@@ -454,7 +454,8 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
         run["run_id"]]
     readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
     assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
-    assert readme.count("| 6 |") == 1 and "| timings only |" in readme and "| 1 of 1 |" in readme and "| `another` |" in readme
+    assert readme.count("| 6 |") == 1 and "| `another` |" in readme
+    assert "| timings only |" in readme and "| 1 of 1 |" in readme
     assert record_path.name.endswith(f"-{out.name}.json")
     assert sorted(path.name for path in (results / "gsm8k_leaderboard" / "invocations").iterdir()) == [
         "20000101-000000-other.json", "20000101-000000.json", record_path.name]

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import Qwen3ForCausalLM
 
+from core.config import load_config
 from core.data.batch import Batch
 from core.data.dataset import PromptDataset, collate_prompts, write_rows
 from core.engine.distributed import init_distributed
@@ -20,6 +21,7 @@ from core.models.arithmetic import make_rows
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
 from core.rollout.base import SamplingParams, assemble_rollout, response_mask_from_ids
 from core.rollout.hf import HFRollout
+from core.trainer.workers import build_rollout
 
 MAX_NEW_TOKENS = 12
 EOS = 2  # hand-made examples only
@@ -105,6 +107,30 @@ def test_response_mask_is_one_through_the_first_eos_and_zero_after():
         [1, 1, 1, 0],
     ])
     assert torch.equal(response_mask_from_ids(responses, EOS), expected)
+
+
+def test_the_response_mask_ends_at_the_first_of_several_stop_tokens():
+    responses = torch.tensor([[5, 9, 6, 0], [5, 6, EOS, 9], [5, 6, 7, 8]])
+    assert response_mask_from_ids(responses, {EOS, 9}).tolist() == [[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+
+
+def test_a_response_stops_on_the_models_own_stop_ids_too(model, tokenizer, prompts):
+    """A model whose turns end on another token than the tokenizer's EOS (Qwen3's generation_config lists two
+    ids) must stop there, as vLLM and SGLang do: here, the second token greedy decoding picks for row 0."""
+    plain = sample(HFRollout(model, tokenizer), prompts, n=1)
+    row = plain["responses"][0].tolist()
+    assert plain["response_mask"][0].sum() >= 3 and row[1] not in (row[0], tokenizer.eos_token_id)
+    stopping = sample(HFRollout(model, tokenizer, stop_ids={tokenizer.eos_token_id, row[1]}), prompts, n=1)
+    assert stopping["responses"][0, :2].tolist() == row[:2]
+    assert stopping["response_mask"][0].tolist()[:3] == [1, 1, 0]
+    assert (stopping["response_mask"].sum(1) <= plain["response_mask"].sum(1)).all()
+
+
+def test_the_trainer_s_hf_rollout_stops_where_the_model_says(model, tokenizer, tmp_path):
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [7, 9]}')
+    config = load_config("grpo", ["rollout.name=hf"])
+    rollout = build_rollout(config, str(tmp_path), tokenizer, lambda: model)
+    assert rollout.stop_ids == sorted({tokenizer.eos_token_id, 7, 9})
 
 
 def test_assemble_rollout_joins_prompts_and_responses_and_masks_log_probs():

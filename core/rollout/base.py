@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from omegaconf import OmegaConf
+from transformers import GenerationConfig
 
 from core.data.batch import RESPONSE_ALIGNED, Batch
 
@@ -79,11 +80,24 @@ def unpadded_prompt_ids(prompts: Batch) -> list[list[int]]:
         return [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
 
 
-def response_mask_from_ids(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
-    """1 up to and including the first EOS, 0 after: generation pads finished rows."""
-    is_eos = responses == eos_token_id  # (B, T_resp)
-    eos_seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
-    return (~eos_seen_before).long()
+def response_mask_from_ids(responses: torch.Tensor, stop_ids: int | Collection[int]) -> torch.Tensor:
+    """1 up to and including the first stop token (`stop_token_ids`, or one EOS id), 0 after: generation pads
+    finished rows."""
+    stops = torch.tensor(sorted({stop_ids} if isinstance(stop_ids, int) else set(stop_ids)), dtype=responses.dtype)
+    is_stop = torch.isin(responses, stops)  # (B, T_resp)
+    stop_seen_before = (is_stop.cumsum(dim=1) - is_stop.long()) > 0
+    return (~stop_seen_before).long()
+
+
+def stop_token_ids(tokenizer, model_path: str) -> frozenset[int]:
+    """The ids an engine ends a response on: the tokenizer's EOS and the model's own end-of-turn ids
+    (generation_config.json's `eos_token_id`, one id or a list), which vLLM and SGLang stop on as well."""
+    try:
+        model_eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's EOS alone
+        model_eos = None
+    ids = {tokenizer.eos_token_id, *(model_eos if isinstance(model_eos, list) else [model_eos])}
+    return frozenset(token for token in ids if token is not None)
 
 
 def assemble_rollout(prompts: Batch, responses: torch.Tensor, rollout_log_probs: torch.Tensor,

@@ -6,7 +6,7 @@ dict after every update: the same weight-sync contract the vLLM and SGLang backe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import torch
 from transformers import GenerationConfig
@@ -16,10 +16,14 @@ from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout, 
 
 
 class HFRollout(RolloutBackend):
-    def __init__(self, model, tokenizer, micro_batch_size: int = 0):
+    """`stop_ids`: the tokens a response ends on (`stop_token_ids`: the tokenizer's EOS and the model's own
+    end-of-turn ids, as vLLM and SGLang stop); default the tokenizer's EOS alone."""
+
+    def __init__(self, model, tokenizer, micro_batch_size: int = 0, stop_ids: Collection[int] | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.micro_batch_size = micro_batch_size  # 0: the whole batch at once
+        self.stop_ids = sorted(stop_ids or {tokenizer.eos_token_id})
 
     @property
     def device(self) -> torch.device:
@@ -39,7 +43,7 @@ class HFRollout(RolloutBackend):
         responses = torch.cat([_pad_right(c[0], width, self.tokenizer.pad_token_id) for c in chunks])
         log_probs = torch.cat([_pad_right(c[1], width, 0.0) for c in chunks])
         return assemble_rollout(prompts, responses, log_probs,
-                                response_mask_from_ids(responses, self.tokenizer.eos_token_id), params.n)
+                                response_mask_from_ids(responses, self.stop_ids), params.n)
 
     @torch.no_grad()
     def _generate_chunk(self, chunk: Batch, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,7 +69,7 @@ class HFRollout(RolloutBackend):
         return GenerationConfig(
             do_sample=not params.greedy,
             max_new_tokens=params.max_new_tokens,
-            eos_token_id=self.tokenizer.eos_token_id,
+            eos_token_id=self.stop_ids,
             pad_token_id=self.tokenizer.pad_token_id,
             output_logits=True,
             return_dict_in_generate=True,

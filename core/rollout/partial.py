@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 
 import numpy as np
-from transformers import GenerationConfig
 
 from core.data.batch import Batch
 from core.data.dataset import left_padded
@@ -67,17 +66,6 @@ def _valid(batch: Batch, row: int) -> tuple[list[int], list[float]]:
     """Row `row`'s generated tokens up to and including its EOS, and their log-probs."""
     length = int(batch["response_mask"][row].sum())
     return batch["responses"][row, :length].tolist(), batch["rollout_log_probs"][row, :length].tolist()
-
-
-def stop_token_ids(tokenizer, model_path: str) -> frozenset[int]:
-    """The ids an engine ends a response on: the tokenizer's EOS and the model's own end-of-turn ids
-    (generation_config.json's `eos_token_id`, one id or a list), which vLLM and SGLang stop on as well."""
-    try:
-        model_eos = GenerationConfig.from_pretrained(model_path).eos_token_id
-    except OSError:  # no generation_config.json: the tokenizer's EOS alone
-        model_eos = None
-    ids = {tokenizer.eos_token_id, *(model_eos if isinstance(model_eos, list) else [model_eos])}
-    return frozenset(token for token in ids if token is not None)
 
 
 def _unfinished(ids: list[int], budget: int, stop_ids: Collection[int]) -> bool:

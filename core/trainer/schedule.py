@@ -43,8 +43,8 @@ import numpy as np
 
 from core.data.batch import Batch
 from core.models.loading import resolve_model_path
-from core.rollout.base import SamplingParams, concat_rollouts
-from core.rollout.partial import generate_in_segments, stop_token_ids
+from core.rollout.base import SamplingParams, concat_rollouts, stop_token_ids
+from core.rollout.partial import generate_in_segments
 from core.tracking.metrics import timed
 from core.trainer.metrics import staleness_metrics
 

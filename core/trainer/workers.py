@@ -24,7 +24,7 @@ from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.loading import resolve_model_path
 from core.models.lora import LoraSpec, write_adapter_dir
 from core.models.random_init import build_causal_lm, build_value_model
-from core.rollout.base import RolloutBackend, SamplingParams
+from core.rollout.base import RolloutBackend, SamplingParams, stop_token_ids
 from core.rollout.hf import HFRollout
 from core.trainer.weight_stream import WeightGroup
 
@@ -181,7 +181,8 @@ def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutB
     """`rollout.name`: hf (its own HF copy of the policy, from `load_hf_model()`), vllm or sglang."""
     rollout = config.rollout
     if rollout.name == "hf":
-        return HFRollout(load_hf_model(), tokenizer, micro_batch_size=rollout.micro_batch_size)
+        return HFRollout(load_hf_model(), tokenizer, micro_batch_size=rollout.micro_batch_size,
+                         stop_ids=stop_token_ids(tokenizer, model_path))
     if rollout.name in ("vllm", "sglang"):
         max_model_len = rollout.max_model_len or _engine_max_len(model_path, config.data)
         dtype = "bfloat16" if torch.cuda.is_available() else "float32"  # CPU: the trainer's fp32, exactly
