@@ -21,7 +21,8 @@ def _ours(report: dict) -> dict:
             "first_step": report["steps"][0]["timing_s/step"]}
 
 
-def _trl(report: dict) -> dict:
+def trl_summary(report: dict) -> dict:
+    """bench/trl_grpo_gpu.py's summary as stage rows (its no-grad log-prob pass is the rest of `_prepare_inputs`)."""
     summary, breakdown = report["summary"], report["summary"]["median_breakdown_s"]
     rows = {"gen": breakdown["gen"], "reward": breakdown["reward"],
             "old_log_prob": breakdown["old_log_prob_and_rest"], "update_actor": breakdown["update_actor"],
@@ -36,7 +37,7 @@ def load_pair(directory: Path) -> tuple[dict, dict] | None:
     ours, trl = directory / "e2e_ours.json", directory / "e2e_trl.json"
     if not (ours.exists() and trl.exists()):
         return None
-    return _ours(json.loads(ours.read_text())), _trl(json.loads(trl.read_text()))
+    return _ours(json.loads(ours.read_text())), trl_summary(json.loads(trl.read_text()))
 
 
 def same_machine(ours: dict, trl: dict) -> bool:

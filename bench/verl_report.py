@@ -12,7 +12,7 @@ import json
 import statistics
 from pathlib import Path
 
-from perf_e2e_report import same_machine
+from perf_e2e_report import same_machine, trl_summary
 
 SPEEDUP_TARGET = 1.25
 STAGES = ("gen", "reward", "old_log_prob", "update_actor", "sync_weights")
@@ -66,13 +66,10 @@ def from_steps(steps: list[dict]) -> dict:
 
 
 def from_trl(report: dict) -> dict:
-    """bench/trl_grpo_gpu.py's summary: its no-grad log-prob pass is the rest of _prepare_inputs."""
-    summary, breakdown = report["summary"], report["summary"]["median_breakdown_s"]
-    rows = {"gen": breakdown["gen"], "reward": breakdown["reward"], "old_log_prob": breakdown["old_log_prob_and_rest"],
-            "update_actor": breakdown["update_actor"], "sync_weights": breakdown["sync_weights"]}
-    rows["other"] = summary["median_step_s"] - sum(rows.values())
-    return {"rows": rows, "step": summary["median_step_s"], "tokens_per_s_per_gpu": summary["tokens_per_s_per_gpu"],
-            "first_step": report["steps"][0]["step_s"], "steps": len(summary["steps_summarized"])}
+    """bench/trl_grpo_gpu.py's stage rows, plus `other`: the rest of its median step."""
+    trl = trl_summary(report)
+    rows = dict(trl["rows"], other=trl["step"] - sum(trl["rows"].values()))
+    return {"rows": rows, **{key: trl[key] for key in ("step", "tokens_per_s_per_gpu", "first_step", "steps")}}
 
 
 def load_run(path: Path, framework: str) -> dict:
