@@ -268,7 +268,8 @@ def render_readme(invocations: list[dict], counted_ids: set[str]) -> str:
             if job.get("steady_step_s") is not None:
                 step_s += f" ({job['steady_step_s']:.1f})"
             status = job["status"]
-            if record.get("counted", True) and status != "crashed" and job.get("run_id") not in counted_ids | {None}:
+            counted_job = record.get("counted", True) and status != "crashed" and job.get("run_id")
+            if counted_job and job["run_id"] not in counted_ids:
                 status += ", replaced"
             lines.append(f"| {job['name']} | {record['started']} | {job['gpu'] or 'CPU'} | {status} | "
                          f"{_seconds(job.get('setup_s'))} | {_seconds(job.get('train_s'))} | {steps} | {step_s} | "
