@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -146,7 +147,8 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     """Several --out dirs -> results/gsm8k_leaderboard/{runs.json,README.md,invocations/} and results/leaderboard.*.
 
     The runs of `timing_only` dirs (another budget: a measurement of how jobs share a GPU, say) stay out of
-    the table; their invocations are listed, marked as not counted, for their timings.
+    the table; their invocations are listed, marked as not counted, for their timings, and each dir's export
+    (`runs.json`: steps, stage times) is kept as `timings/<dir name>.json`.
     """
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
     records = {}
@@ -166,6 +168,10 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     (target / "invocations").mkdir(parents=True, exist_ok=True)
     for name, record in records.items():
         (target / "invocations" / name).write_text(json.dumps(record, indent=2) + "\n")
+    for folder in timing_only:  # their runs' stage times, which the invocation records do not hold
+        if (folder / "runs.json").is_file():
+            (target / "timings").mkdir(exist_ok=True)
+            shutil.copyfile(folder / "runs.json", target / "timings" / f"{folder.name}.json")
     invocations = [records[name] for name in sorted(records)]
     counted_ids = {run["run_id"] for run in merged["runs"]}
     (target / "README.md").write_text(render_readme(invocations, counted_ids), encoding="utf-8")

@@ -445,6 +445,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     record = json.loads(record_path.read_text())
     timing_jobs = [{**job, "run_id": f"timing-{job['run_id']}"} for job in record["jobs"]]  # its own runs
     (timing / "20000101-000000.json").write_text(json.dumps({**record, "runs_per_gpu": 6, "jobs": timing_jobs}))
+    shutil.copy(out / "runs.json", timing.parent / "runs.json")  # its export: kept beside, for the stage times
     # A second one started in the same second, under the same older-style name: both records are kept.
     other = tmp_path / "other" / "invocations"
     other.mkdir(parents=True)
@@ -457,6 +458,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     assert readme.count("| 6 |") == 1 and "| `another` |" in readme
     assert "| timings only |" in readme and "| 1 of 1 |" in readme
     assert record_path.name.endswith(f"-{out.name}.json")
+    assert load_export(results / "gsm8k_leaderboard" / "timings" / "timing.json") == export
     assert sorted(path.name for path in (results / "gsm8k_leaderboard" / "invocations").iterdir()) == [
         "20000101-000000-other.json", "20000101-000000.json", record_path.name]
     merged = json.loads((results / "leaderboard.json").read_text())
