@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from core.config import ConfigError, load_config
+from core.trainer.stops import Interrupted, RunHalted
 
 DEBUG_HINT = "rerun with --debug (or RECIPEZOO_DEBUG=1) for the traceback"
 QUIET_RANK_WAIT_S = 10  # how long a rank other than 0 leaves rank 0 to report an error first
@@ -75,6 +76,7 @@ def train(args: argparse.Namespace) -> int:
     from core.config.validate import validate_config
     from core.reward.build import custom_function
     from core.trainer.run_dir import claimed_run_dirs
+    from core.trainer.signals import interruptible
 
     # Everything the user can get wrong fails here, before an MLflow run, an output dir or a model exists.
     validate_config(config)
@@ -84,10 +86,12 @@ def train(args: argparse.Namespace) -> int:
         preflight(config.model.path)
     trainer_cls = load_trainer_class(config.trainer.cls)
     custom_function(config.reward.custom_function)  # a reward file that fails to import
-    if _rank() != 0:  # rank 0 owns the output dir and writes the checkpoints
-        return _fit(trainer_cls, config)
-    with claimed_run_dirs(config.trainer.output_dir, config.trainer.checkpoint_dir, config.trainer.save_freq > 0):
-        return _fit(trainer_cls, config)
+    # SIGTERM/SIGINT end in one line and a released lock from here on; the loop itself stops gracefully.
+    with interruptible():
+        if _rank() != 0:  # rank 0 owns the output dir and writes the checkpoints
+            return _fit(trainer_cls, config)
+        with claimed_run_dirs(config.trainer.output_dir, config.trainer.checkpoint_dir, config.trainer.save_freq > 0):
+            return _fit(trainer_cls, config)
 
 
 def write_plan_json(path: str, plan: dict, config) -> None:
@@ -211,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     try:
         return args.handler(args)
+    except Interrupted as stop:  # SIGTERM/SIGINT: rank 0 says where the run can continue from
+        if _rank() == 0:
+            print(f"recipezoo: {stop}", file=sys.stderr, flush=True)
+        return stop.exit_code
+    except KeyboardInterrupt:  # Ctrl-C outside a training run
+        return _report("interrupted", code=130)
+    except RunHalted as halt:
+        return _report(str(halt), code=halt.exit_code)
     except _user_input_errors() as error:
         what = "config error: " if isinstance(error, ConfigError) else ""
         return _report(f"{what}{_one_line(error)}", code=2)

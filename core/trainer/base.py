@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from core.trainer.controllers import build_roles
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
 from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
+from core.trainer.signals import StopRequest, deferred_stop
+from core.trainer.stops import Interrupted
 from core.trainer.validation import validate
 from core.trainer.workers import mini_batch_rows
 
@@ -46,6 +49,7 @@ class BaseTrainer:
         self.resume_from = parts.resume_from
         self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
                                              keep_last=config.trainer.max_ckpt_to_keep)
+        self.last_saved: tuple[int, Path] | None = None  # (step, dir) of this run's newest checkpoint
         self.timings: dict[str, float] = {}
         self.step_metrics: dict[str, float] = {}  # what a step's methods report besides their outputs
         self.val_history: list[tuple[int, dict[str, float]]] = []
@@ -59,10 +63,11 @@ class BaseTrainer:
     def fit(self) -> dict[str, float]:
         total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
         with (self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.actor_rollout),
-              closed_at_exit(self.schedule)):
+              closed_at_exit(self.schedule), deferred_stop(self.where_stopped) as stop_request):
             first_step = self.resume() + 1
             val_metrics = self.validate(step=0) if first_step == 1 else {}
             for step in range(first_step, total + 1):
+                self.stop_if_signalled(stop_request, last_step=step - 1)  # SIGTERM/SIGINT (signals.py)
                 self.global_step, self.timings, self.step_metrics = step, {}, {}
                 with step_profiler(self.config, step, self.world.rank, self.timings), timed("step", self.timings):
                     batch = self.stage("gen", self.schedule.next_rollout)  # draw prompts, generate (schedule.py)
@@ -188,6 +193,7 @@ class BaseTrainer:
                     for role, engine in engines.items()}
         with timed("save_checkpoint", self.timings):
             path = self.checkpoints.save(step, engines, state, hf_files)
+        self.last_saved = (step, path)
         if self.world.is_main:
             print(f"saved checkpoint {path} in {self.timings['timing_s/save_checkpoint']:.1f} s", flush=True)
 
@@ -201,6 +207,7 @@ class BaseTrainer:
         self.train_loader.load_state_dict(state["loader"])
         self.val_history = [tuple(entry) for entry in state["val_history"]]
         self.sync_weights()  # the rollout engine still holds the initial weights
+        self.last_saved = (state["step"], self.resume_from)
         if self.world.is_main:
             left = self.config.trainer.total_steps - state["step"]
             print(f"resumed from {self.resume_from} at step {state['step']}; "
@@ -214,6 +221,36 @@ class BaseTrainer:
             print(f"note: {self.checkpoints.root} holds checkpoints of an earlier run (up to step "
                   f"{existing[-1][0]}); this run starts fresh (trainer.resume=disable) and its saves replace "
                   "them. Use trainer.resume=auto to continue that run instead.", flush=True)
+
+    # ---- stopping on a signal -----------------------------------------------------------------
+    def stop_if_signalled(self, request: StopRequest, last_step: int) -> None:
+        """At a step boundary, on every rank at once: a SIGTERM/SIGINT received during the step ends the
+        run here, after saving the steps trained since the last checkpoint (`trainer.save_on_signal`)."""
+        signum = request.agreed(self.world)
+        if signum is None:
+            return
+        if last_step == 0:
+            raise Interrupted(signum, "before step 1; nothing was trained")
+        trainer, saved_step = self.config.trainer, self.last_saved[0] if self.last_saved else 0
+        if trainer.save_on_signal and trainer.save_freq and saved_step < last_step:
+            self.save_checkpoint(last_step)
+        raise Interrupted(signum, f"after step {last_step} of {trainer.total_steps}; {self.checkpoint_note(last_step)}")
+
+    def where_stopped(self) -> str:
+        """For a stop that could not wait for the step boundary (a second signal)."""
+        return f"during step {self.global_step}, which was abandoned; {self.checkpoint_note(self.global_step)}"
+
+    def checkpoint_note(self, step: int) -> str:
+        """Where a stopped run can continue from."""
+        if self.last_saved is not None:
+            saved_step, path = self.last_saved
+            what = f"step {step} is saved in {path}" if saved_step == step else \
+                f"the latest checkpoint is {path} (step {saved_step})"
+            return f"{what} — continue with trainer.resume=auto"
+        trainer = self.config.trainer
+        if trainer.save_freq and trainer.save_on_signal:
+            return "no checkpoint saved yet"
+        return f"no checkpoint saved ({'trainer.save_on_signal=false' if trainer.save_freq else 'trainer.save_freq=0'})"
 
     # ---- around the loop ----------------------------------------------------------------------
     def sampling_params(self, validation: bool = False) -> SamplingParams:
