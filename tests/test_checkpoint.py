@@ -175,17 +175,21 @@ def fake_checkpoint(root, step):
     return path
 
 
-def test_a_truncated_latest_checkpoint_names_the_file_and_offers_the_previous_one(fast_overrides, tmp_path, capsys):
+def test_a_truncated_latest_checkpoint_is_skipped_by_auto_and_refused_by_name(fast_overrides, tmp_path, capsys):
     root = tmp_path / "checkpoints"
     previous = fake_checkpoint(root, 2)
-    weights = fake_checkpoint(root, 4) / "actor" / "model.pt"
+    latest = fake_checkpoint(root, 4)
+    weights = latest / "actor" / "model.pt"
     weights.write_bytes(weights.read_bytes()[:100])  # a copy cut short
+    assert resolve_resume("auto", root) == previous
+    out = capsys.readouterr().out
+    assert f"note: {weights} is truncated or corrupt" in out and "skips global_step_4 for an earlier" in out
     with pytest.raises(CheckpointError) as info:
-        resolve_resume("auto", root)
+        resolve_resume(str(latest), root)
     assert f"{weights} is truncated or corrupt" in str(info.value)
     assert f"resume from the previous checkpoint with trainer.resume={previous}" in str(info.value)
     code = cli_main(["train", "--recipe", "grpo", *fast_overrides, f"trainer.checkpoint_dir={root}",
-                     "trainer.resume=auto"])
+                     f"trainer.resume={latest}"])
     err = capsys.readouterr().err
     assert code == 2 and f"recipezoo: {weights} is truncated or corrupt" in err and "Traceback" not in err
 

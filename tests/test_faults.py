@@ -9,17 +9,26 @@ private mount namespace: skipped, with the reason, where the machine allows none
 2-layer model of conftest and a few steps: the whole file takes about two minutes on 2 cores.
 """
 
+import os
+import re
+import shutil
 import signal
+import subprocess
+import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
 
 import mlflow
 import pytest
+import torch
 from helpers_dist import run_script
 
 from core.cli import main as cli_main
-from core.trainer.run_dir import LOCK_NAME
+from core.config import load_config
+from core.trainer.checkpoint import CheckpointError, list_checkpoints, resolve_resume
+from core.trainer.run_dir import LOCK_NAME, claimed_run_dirs
+from recipes.grpo.trainer import GRPOTrainer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,3 +134,130 @@ def test_ctrl_c_ends_in_one_line_exit_130_and_a_released_lock(random_model_dir, 
 def test_ranks_agree_to_stop_when_only_one_received_the_signal(tmp_path):
     result = run_script(REPO / "tests" / "dist" / "stop_flag.py", 2, tmp_path / "agreed.pt")
     assert result == {"agreed": [signal.SIGTERM, signal.SIGTERM], "received": [None, signal.SIGTERM]}
+
+
+# ---- row 3: the disk fills during a save ---------------------------------------------------------------
+DISK_FILLING_TRAINER = """
+    from pathlib import Path
+
+    from core.trainer.disk_space import free_bytes, state_bytes
+    from recipes.grpo.trainer import GRPOTrainer
+
+
+    def leave_free(directory: Path, room: int) -> None:
+        \"\"\"Grow or shrink a ballast file (real bytes: tmpfs does not count holes) to leave `room` bytes free.\"\"\"
+        ballast = directory / "ballast"
+        size = ballast.stat().st_size if ballast.exists() else 0
+        excess = free_bytes(directory) - room
+        if excess > 0:
+            with open(ballast, "ab") as handle:
+                handle.write(bytes(excess))
+        else:
+            with open(ballast, "r+b") as handle:
+                handle.truncate(size + excess)
+
+
+    class FillsTheDiskBeforeSave2(GRPOTrainer):
+        headroom = 4096  # past the tensors' bytes: the room check passes, the write runs out midway
+
+        def save_checkpoint(self, step):
+            if step == 2:
+                states = {role: engine.checkpoint_state() for role, engine in self.checkpoint_engines().items()}
+                leave_free(Path(self.config.trainer.output_dir), state_bytes(states) + self.headroom)
+            super().save_checkpoint(step)
+
+
+    class NoRoomForSave2(FillsTheDiskBeforeSave2):
+        headroom = -100_000  # less than the tensors need: refused before writing
+"""
+
+DISK_FULL_RUNS = """
+    import json, subprocess, sys
+    mount, out = sys.argv[1], sys.argv[2]
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", mount], check=True)
+    from core.cli import main
+    from core.trainer.checkpoint import latest_checkpoint
+    from pathlib import Path
+    root, report = Path(mount) / "out" / "checkpoints", {}
+    for name, extra in (("midway", []), ("no_room", ["trainer.resume=auto"])):
+        trainer = "FillsTheDiskBeforeSave2" if name == "midway" else "NoRoomForSave2"
+        code = main(["train", "--recipe", "grpo", *sys.argv[3:], f"trainer.output_dir={mount}/out",
+                     f"trainer.cls={out}/fault_trainers.py:{trainer}", *extra])
+        report[name] = {"code": code, "dirs": sorted(p.name for p in root.iterdir()),
+                        "latest": str(latest_checkpoint(root))}
+    Path(out, "report.json").write_text(json.dumps(report))
+"""
+
+
+def test_a_full_disk_names_the_bytes_removes_the_partial_save_and_keeps_latest(random_model_dir, tmp_path, capfd):
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {mount}"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private tmpfs here (unshare -m + mount: {probe.stderr.strip()[:200]}); needs root or "
+                    "unprivileged user namespaces")
+    write_trainer(tmp_path, DISK_FILLING_TRAINER)
+    args = run_args(random_model_dir, tmp_path, "trainer.total_steps=3", "trainer.save_freq=1",
+                    "tracking.backends=[console]")
+    runs = subprocess.run(["unshare", "-m", sys.executable, "-c", textwrap.dedent(DISK_FULL_RUNS), str(mount),
+                           str(tmp_path), *args], cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert runs.returncode == 0, runs.stderr[-3000:]
+    report = __import__("json").loads((tmp_path / "report.json").read_text())
+    root, kept = mount / "out" / "checkpoints", mount / "out" / "checkpoints" / "global_step_1"
+    errors = [line for line in runs.stderr.splitlines() if line.startswith("recipezoo:")]
+    assert len(errors) == 2 and "Traceback" not in runs.stderr, runs.stderr[-3000:]
+    size = r"[\d,]+ bytes \([\d.]+ MiB\)"
+    assert re.fullmatch(rf"recipezoo: disk full: the checkpoint of step 2 \({root}/global_step_2\) ran out of room "
+                        rf"while writing: its tensors alone need {size}, and {size} were free when it started on "
+                        rf"that disk — free some space or point trainer.checkpoint_dir at a larger disk; no partial "
+                        rf"save was left behind, and the latest checkpoint is still {kept}", errors[0]), errors[0]
+    assert re.fullmatch(rf"recipezoo: disk full: the checkpoint of step 2 \({root}/global_step_2\) needs at least "
+                        rf"{size}, and only {size} are free on that disk — .* the latest checkpoint is still {kept}",
+                        errors[1]), errors[1]
+    for run in report.values():  # no .tmp- dir left, `latest` unchanged, the lock released
+        assert run == {"code": 1, "dirs": ["global_step_1", "latest_checkpointed_iteration.txt"], "latest": str(kept)}
+
+
+# ---- row 4: a flipped bit in a checkpoint --------------------------------------------------------------
+def test_a_bit_flip_is_refused_by_name_and_auto_falls_back_to_the_previous_checkpoint(random_model_dir, tmp_path,
+                                                                                      capsys):
+    args = run_args(random_model_dir, tmp_path, "trainer.total_steps=2", "trainer.save_freq=1",
+                    "tracking.backends=[console]")
+    GRPOTrainer(load_config("grpo", args)).fit()
+    root = tmp_path / "out" / "checkpoints"
+    weights = root / "global_step_2" / "actor" / "model.pt"
+    data = bytearray(weights.read_bytes())
+    middle = len(data) // 2  # tensor bytes; the zip index at the end stays intact and the file still loads
+    data[middle:middle + 4096] = bytes(b ^ 0xFF for b in data[middle:middle + 4096])
+    weights.write_bytes(bytes(data))
+    torch.load(weights, weights_only=True)  # what the loader used to accept silently
+    capsys.readouterr()
+
+    assert train(args + [f"trainer.resume={root / 'global_step_2'}"]) == 2
+    assert last_err_line(capsys) == (
+        f"recipezoo: {weights} does not match its checksum in {root}/global_step_2/SHA256SUMS (the file changed "
+        f"after it was saved: a failing disk or a bad copy) — resume from the previous checkpoint with "
+        f"trainer.resume={root}/global_step_1 (or delete {root}/global_step_2)")
+    assert resolve_resume("auto", root) == root / "global_step_1"
+    assert capsys.readouterr().out.splitlines() == [
+        f"note: {weights} does not match its checksum in {root}/global_step_2/SHA256SUMS (the file changed after it "
+        "was saved: a failing disk or a bad copy); trainer.resume=auto skips global_step_2 for an earlier checkpoint",
+        f"note: resuming from {root}/global_step_1, the newest valid checkpoint"]
+    checked = subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=root / "global_step_1")
+    assert checked.returncode == 0  # standard tools read the checksum file too
+    shutil.rmtree(root / "global_step_1")
+    with pytest.raises(CheckpointError, match="no earlier checkpoint under .*: start fresh"):
+        resolve_resume("auto", root)  # all corrupt: refused, not a silent fresh start
+
+
+# ---- row 5: two runs, one checkpoint dir ---------------------------------------------------------------
+def test_a_checkpoint_dir_in_use_by_another_run_is_refused(random_model_dir, tmp_path, capsys):
+    shared = tmp_path / "shared-checkpoints"
+    with claimed_run_dirs(tmp_path / "first", shared, saves_checkpoints=True):  # a live run holds both its dirs
+        code = train(run_args(random_model_dir, tmp_path, f"trainer.checkpoint_dir={shared}",
+                              f"trainer.output_dir={tmp_path}/second"))
+    assert code == 2
+    assert last_err_line(capsys).startswith(f"recipezoo: trainer.checkpoint_dir={shared} is in use by another run "
+                                            f"(pid {os.getpid()} on ")
+    assert not (tmp_path / "second" / LOCK_NAME).exists() and not list_checkpoints(shared)

@@ -9,12 +9,18 @@
         actor/scheduler.pt      lr schedule
         actor/hf/               config + tokenizer: `recipezoo merge` turns this dir into a HF model
         critic/...              PPO only
+        SHA256SUMS              a checksum per file (`sha256sum -c` reads it), verified before a resume
       latest_checkpointed_iteration.txt   "40" (verl's name, so tools that read it work)
 
 Atomicity: rank 0 writes into `.tmp-global_step_N`, fsyncs every file, and only then renames it to
 `global_step_N` (a rename is atomic on POSIX) and rewrites the pointer file by rename too. A crash
 at any point leaves the previous checkpoint and the pointer intact; stale `.tmp-*` dirs are never
-read and are removed by the next save.
+read and are removed by the next save. A save that runs out of disk removes its `.tmp-*` dir at once
+and stops the run naming the bytes needed and free (`disk_space.py`).
+
+Trust: a checkpoint is verified before it loads, against its checksums (a flipped bit), or for one
+written before checksums, by opening each torch file's zip index (a truncated copy). `trainer.resume=auto`
+skips a corrupt checkpoint for the newest valid one, with a note; a named one that fails is refused.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from core.engine.distributed import World, all_gather_object
+from core.trainer.checksums import first_mismatch, has_checksums, write_checksums
+from core.trainer.disk_space import DiskFullError, disk_full_message, free_bytes, is_out_of_space, state_bytes
 
 STEP_DIR = re.compile(r"global_step_(\d+)")
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -66,26 +73,53 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def resolve_resume(resume: str | None, root: Path) -> Path | None:
-    """`trainer.resume`: disable (or null) -> None; auto -> the latest checkpoint under `root` or None;
-    a path -> that checkpoint (a `global_step_N` dir, or a checkpoint root: its latest)."""
+    """`trainer.resume`: disable (or null) -> None; auto -> the newest valid checkpoint under `root` or None;
+    a path -> that checkpoint (a `global_step_N` dir, or a checkpoint root: its latest), which must be valid."""
     if resume in (None, "", "disable"):
         return None
     if resume == "auto":
-        found = latest_checkpoint(root)
-    else:
-        found = find_checkpoint(Path(resume).expanduser(), "trainer.resume", f"`auto` (latest under {root}), `disable`")
-    if found is not None:
-        verify_checkpoint(found)
+        return newest_valid_checkpoint(root)
+    found = find_checkpoint(Path(resume).expanduser(), "trainer.resume", f"`auto` (latest under {root}), `disable`")
+    verify_checkpoint(found)
     return found
 
 
-def verify_checkpoint(path: Path) -> None:
-    """Every file `torch.save` wrote must be whole: a truncated one (a full disk, a copy cut short) fails
-    here, before any model loads, naming the file and the checkpoint to fall back to.
+def newest_valid_checkpoint(root: Path) -> Path | None:
+    """The latest checkpoint, or when it is corrupt the newest earlier one that is valid, each skipped one
+    noted in a line. All corrupt: the newest one's error (resuming from nothing would be a silent restart)."""
+    latest = latest_checkpoint(root)
+    if latest is None:
+        return None
+    latest_step = int(STEP_DIR.fullmatch(latest.name).group(1))
+    candidates = [latest] + [path for step, path in reversed(list_checkpoints(root)) if step < latest_step]
+    for path in candidates:
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as error:
+            if path is candidates[-1]:
+                raise
+            problem = str(error).split(" — ")[0]
+            print(f"note: {problem}; trainer.resume=auto skips {path.name} for an earlier checkpoint", flush=True)
+            continue
+        if path is not latest:
+            print(f"note: resuming from {path}, the newest valid checkpoint", flush=True)
+        return path
+    return None
 
-    A torch.save file is a zip archive whose index sits at its very end, so opening it reads only the
-    index and catches truncation without reading the weights.
+
+def verify_checkpoint(path: Path) -> None:
+    """Every file must be as it was saved: one that fails its checksum (a flipped bit) or, in a checkpoint
+    written before checksums, a truncated torch file (a full disk, a copy cut short) fails here, before any
+    model loads, naming the file and the checkpoint to fall back to.
+
+    Without checksums: a torch.save file is a zip archive whose index sits at its very end, so opening it
+    reads only the index and catches truncation without reading the weights.
     """
+    if has_checksums(path):
+        problem = first_mismatch(path)
+        if problem:
+            raise CheckpointError(f"{problem} — {_fallback_hint(path)}")
+        return
     for file in sorted(path.rglob("*.pt")):
         try:
             with zipfile.ZipFile(file):
@@ -133,23 +167,44 @@ class CheckpointManager:
         """`engines`: role -> FSDPEngine; `hf_files`: role -> callable(dir) writing config + tokenizer."""
         engine_states = {role: engine.checkpoint_state() for role, engine in engines.items()}
         rng_states = all_gather_object(capture_rng_state())
-        final = self.root / step_dir_name(step)
+        final, disk_full = self.root / step_dir_name(step), None
         if self.world.is_main:
-            tmp = self.root / f".tmp-{final.name}"
-            shutil.rmtree(tmp, ignore_errors=True)
+            full_state = {**trainer_state, "format": FORMAT_VERSION, "step": step, "rng": rng_states,
+                          "world_size": self.world.size, "roles": sorted(engines)}
+            disk_full = self._write(final, engine_states, full_state, hf_files)
+        # Every rank learns whether the save failed, so all stop together; and nobody runs ahead (and maybe
+        # crashes) before the checkpoint is final.
+        disk_full = all_gather_object(disk_full)[0]
+        if disk_full:
+            raise DiskFullError(disk_full)
+        return final
+
+    def _write(self, final: Path, engine_states: dict, full_state: dict, hf_files: dict) -> str | None:
+        """Rank 0: write `final` through its `.tmp-` dir; the disk-full message when it did not fit."""
+        tmp, step, latest = self.root / f".tmp-{final.name}", full_state["step"], latest_checkpoint(self.root)
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        needed, free = state_bytes(engine_states), free_bytes(self.root)
+        if free < needed:
+            return disk_full_message(final, step, needed, free, latest, midway=False)
+        try:
             for role, state in engine_states.items():
                 for name in ENGINE_FILES:
                     if name in state:
                         _save_synced(state[name], tmp / role / f"{name}.pt")
                 hf_files[role](tmp / role / "hf")
-            full_state = {**trainer_state, "format": FORMAT_VERSION, "step": step, "rng": rng_states,
-                          "world_size": self.world.size, "roles": sorted(engines)}
-            _save_synced(full_state, tmp / TRAINER_STATE)  # last: its presence marks a complete dir
-            _replace_dir(tmp, final)
-            _write_atomic(self.root / LATEST_FILE, str(step))
-            self._prune()
-        _barrier(self.world)  # nobody runs ahead (and maybe crashes) before the checkpoint is final
-        return final
+            _save_synced(full_state, tmp / TRAINER_STATE)
+            write_checksums(tmp)  # last: it covers every file
+        except (OSError, RuntimeError) as error:
+            out_of_space = is_out_of_space(error, self.root, needed)  # before the removal frees the space again
+            shutil.rmtree(tmp, ignore_errors=True)  # a partial save must not keep the disk full
+            if out_of_space:
+                return disk_full_message(final, step, needed, free, latest, midway=True)
+            raise
+        _replace_dir(tmp, final)
+        _write_atomic(self.root / LATEST_FILE, str(step))
+        self._prune()
+        return None
 
     def load(self, path: Path, engines: dict) -> dict:
         """Restore the engines and this rank's RNG state; returns the trainer state."""
@@ -193,11 +248,6 @@ def restore_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
-
-
-def _barrier(world: World) -> None:
-    if world.size > 1:
-        dist.barrier()
 
 
 def _save_synced(obj, path: Path) -> None:

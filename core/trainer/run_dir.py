@@ -3,8 +3,9 @@
 - `trainer.output_dir` gets a lock file naming the owner's pid and host, so a second run pointed at
   the same dir refuses to start instead of mixing its checkpoints with the first one's. A lock whose
   pid is no longer running on this host (a killed run) is taken over.
-- `trainer.checkpoint_dir` is proven writable with a probe file, so a read-only path fails now and
-  not at the first save, hours in.
+- `trainer.checkpoint_dir`, when the run saves checkpoints, is proven writable with a probe file, so
+  a read-only path fails now and not at the first save, hours in; and it is locked the same way, so
+  two runs with their own output dirs but one checkpoint dir cannot overwrite each other's steps.
 """
 
 from __future__ import annotations
@@ -25,31 +26,37 @@ class RunDirError(RuntimeError):
 
 @contextmanager
 def claimed_run_dirs(output_dir: str | Path, checkpoint_dir: str | Path, saves_checkpoints: bool):
-    """Hold the output dir's lock for the `with` block; check the checkpoint dir when the run saves."""
-    lock = acquire_lock(Path(output_dir))
+    """Hold the output dir's lock, and the checkpoint dir's when the run saves, for the `with` block."""
+    locks = [acquire_lock(Path(output_dir))]
     try:
+        checkpoints = Path(checkpoint_dir)
         if saves_checkpoints:
-            check_writable(Path(checkpoint_dir), "trainer.checkpoint_dir")
-        yield lock
+            check_writable(checkpoints, "trainer.checkpoint_dir")
+            if checkpoints.resolve() != Path(output_dir).resolve():
+                locks.append(acquire_lock(checkpoints, "trainer.checkpoint_dir"))
+        yield locks[0]
     finally:
-        release_lock(lock)
+        for lock in reversed(locks):
+            release_lock(lock)
 
 
-def acquire_lock(output_dir: Path) -> Path:
-    check_writable(output_dir, "trainer.output_dir")
-    lock, owner = output_dir / LOCK_NAME, f"{os.getpid()} {socket.gethostname()}"
+def acquire_lock(directory: Path, key: str = "trainer.output_dir") -> Path:
+    """Lock `directory` (the dir `key` names) for this process, or refuse naming the run that holds it."""
+    check_writable(directory, key)
+    lock, owner = directory / LOCK_NAME, f"{os.getpid()} {socket.gethostname()}"
+    also = " (or tracking.run_name)" if key == "trainer.output_dir" else ""
     for _ in range(2):  # a second try after a stale lock was removed
         if _create_with(lock, owner):
             return lock
         pid, host = _read_owner(lock)
         if _running(pid, host):
-            raise RunDirError(f"trainer.output_dir={output_dir} is in use by another run (pid {pid} on {host}; lock "
-                              f"file {lock}) — wait for it to end, or give this run its own trainer.output_dir "
-                              "(or tracking.run_name); delete the lock file only if that run is gone")
+            raise RunDirError(f"{key}={directory} is in use by another run (pid {pid} on {host}; lock "
+                              f"file {lock}) — wait for it to end, or give this run its own {key}{also}; "
+                              "delete the lock file only if that run is gone")
         print(f"note: {lock} was left by pid {pid}, which is no longer running; this run takes it over", flush=True)
         lock.unlink(missing_ok=True)
-    raise RunDirError(f"trainer.output_dir={output_dir}: another run took {lock} while this one started — "
-                      "give this run its own trainer.output_dir")
+    raise RunDirError(f"{key}={directory}: another run took {lock} while this one started — "
+                      f"give this run its own {key}")
 
 
 def release_lock(lock: Path) -> None:
