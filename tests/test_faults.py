@@ -26,7 +26,9 @@ from helpers_dist import run_script
 
 from core.cli import main as cli_main
 from core.config import load_config
-from core.trainer.checkpoint import CheckpointError, list_checkpoints, resolve_resume
+from core.engine.distributed import World
+from core.trainer.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, resolve_resume
+from core.trainer.resume import plan_resume
 from core.trainer.run_dir import LOCK_NAME, claimed_run_dirs
 from recipes.grpo.trainer import GRPOTrainer
 
@@ -75,6 +77,55 @@ def write_trainer(tmp_path, source: str) -> Path:
     path = tmp_path / "fault_trainers.py"
     path.write_text(textwrap.dedent(source))
     return path
+
+
+# ---- rows 1 and 2: kill -9, SIGTERM, resume -----------------------------------------------------------
+def start_train(args: list[str], err_file: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--recipe", "grpo", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=open(err_file, "w"), text=True)
+
+
+def read_until(run: subprocess.Popen, prefix: str) -> str:
+    seen = []
+    for line in run.stdout:
+        seen.append(line)
+        if line.startswith(prefix):
+            return "".join(seen)
+    raise AssertionError(f"the run ended (exit {run.wait()}) before printing {prefix!r}:\n{''.join(seen)[-3000:]}")
+
+
+def test_kill_9_then_sigterm_then_resume_keeps_every_step_and_logs_each_once(random_model_dir, tmp_path, capsys):
+    args = run_args(random_model_dir, tmp_path, "trainer.total_steps=6", "trainer.save_freq=3")
+    root = tmp_path / "out" / "checkpoints"
+    killed = start_train(args, tmp_path / "killed.err")
+    read_until(killed, "step 4/6")  # step 4 is in MLflow; the newest checkpoint holds step 3
+    killed.kill()
+    killed.wait()
+    assert latest_checkpoint(root) == root / "global_step_3"
+
+    stopped = start_train(args + ["trainer.resume=auto"], tmp_path / "stopped.err")
+    seen = read_until(stopped, "step 4/6")  # step 4 again, now from the checkpoint
+    stopped.send_signal(signal.SIGTERM)  # as a scheduler's preemption or `timeout` sends it
+    seen += stopped.communicate(timeout=300)[0]
+    last = max(int(step) for step in re.findall(r"^step (\d)/6", seen, re.MULTILINE))
+    saved = root / f"global_step_{last}"
+    err = (tmp_path / "stopped.err").read_text()
+    assert stopped.returncode == 143, err[-3000:]
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"recipezoo: stopped by SIGTERM after step {last} of 6; step {last} is "
+                                            f"saved in {saved} — continue with trainer.resume=auto")
+    assert last in (4, 5) and latest_checkpoint(root) == saved  # not a save_freq step: the signal's save
+    assert not (tmp_path / "out" / LOCK_NAME).exists() and not (root / LOCK_NAME).exists()
+    client, run = mlflow_run(tmp_path)
+    assert run.info.status == "KILLED"
+
+    assert train(args + ["trainer.resume=auto"]) == 0
+    assert f"resumed from {saved} at step {last}" in capsys.readouterr().out
+    client, run = mlflow_run(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["resume_count"] == "2"
+    counts = entries_per_step(client, run)
+    assert {step for key, step in counts if key == "actor/pg_loss"} == set(range(1, 7))
+    assert {pair: n for pair, n in counts.items() if n != 1} == {}  # each (metric, step) once
 
 
 # ---- SIGINT and a second signal, sent by the trainer to itself through the kernel ---------------------
@@ -261,3 +312,47 @@ def test_a_checkpoint_dir_in_use_by_another_run_is_refused(random_model_dir, tmp
     assert last_err_line(capsys).startswith(f"recipezoo: trainer.checkpoint_dir={shared} is in use by another run "
                                             f"(pid {os.getpid()} on ")
     assert not (tmp_path / "second" / LOCK_NAME).exists() and not list_checkpoints(shared)
+
+
+# ---- rows 8, 9 and 10: resuming with another config ---------------------------------------------------
+@pytest.fixture(scope="module")
+def saved_run(random_model_dir, tmp_path_factory):
+    """A finished 2-step run with a checkpoint per step, logged to MLflow: (its overrides, its dir)."""
+    where = tmp_path_factory.mktemp("saved-run")
+    args = run_args(random_model_dir, where, "trainer.total_steps=2", "trainer.save_freq=1")
+    assert train(args) == 0
+    return args, where
+
+
+def test_resume_with_another_batch_size_is_refused_before_mlflow_is_touched(saved_run, capsys):
+    args, where = saved_run
+    client, before = mlflow_run(where)
+    assert train(args + ["trainer.resume=auto", "data.train_batch_size=8"]) == 2
+    checkpoint = latest_checkpoint(where / "out" / "checkpoints")
+    assert last_err_line(capsys) == (
+        f"recipezoo: config error: data.train_batch_size=8 but the checkpoint {checkpoint} was written with "
+        "data.train_batch_size=4 — the checkpoint's data position counts batches of this size; resume with "
+        "data.train_batch_size=4, or start a new run (trainer.resume=disable)")
+    client, after = mlflow_run(where)
+    assert (after.info.status, after.info.end_time, after.data.tags.get("resume_count")) == \
+        (before.info.status, before.info.end_time, before.data.tags.get("resume_count"))
+
+
+def test_resume_lists_config_changes_and_trains_with_the_new_lr(saved_run, capsys):
+    args, where = saved_run
+    capsys.readouterr()
+    trainer = GRPOTrainer(load_config("grpo", args + ["trainer.resume=auto", "actor.lr=0.01", "trainer.total_steps=3"]))
+    assert (f"resuming {where}/out/checkpoints/global_step_2 with a changed config (checkpoint → this run):\n"
+            "  actor.lr: 0.0001 → 0.01\n  trainer.total_steps: 2 → 3\n") in capsys.readouterr().out
+    trainer.fit()
+    assert trainer.global_step == 3
+    assert trainer.actor_rollout.actor.optimizer.param_groups[0]["lr"] == 0.01
+    client, run = mlflow_run(where)
+    assert [point.value for point in client.get_metric_history(run.info.run_id, "actor/lr")] == [1e-4, 1e-4, 0.01]
+
+
+def test_resume_auto_with_no_checkpoint_says_it_starts_fresh(tmp_path, capsys):
+    config = load_config("grpo", [f"trainer.output_dir={tmp_path}/tpyo", "trainer.resume=auto"])
+    assert plan_resume(config, World(rank=0, size=1, device=torch.device("cpu"))) is None
+    assert capsys.readouterr().out == (f"note: trainer.resume=auto found no checkpoint under {tmp_path}/tpyo/"
+                                       "checkpoints; this run starts fresh\n")

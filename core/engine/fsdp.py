@@ -268,6 +268,17 @@ class FSDPEngine:
                        options=StateDictOptions(full_state_dict=True, strict=self.lora is None))
         if self.scheduler is not None:
             self.scheduler.load_state_dict(load("scheduler"))
+            self._apply_optim_config()
+
+    def _apply_optim_config(self) -> None:
+        """After a resume, this run's optimizer settings, not the checkpoint's: the loaded state carries the
+        old lr, betas and weight decay in its param groups, and the old peak lr in the schedule. An unchanged
+        config sets the very values it loaded (the same product as the schedule's own step)."""
+        self.scheduler.base_lrs = [self.optim.lr] * len(self.optimizer.param_groups)
+        for group, lr_lambda in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
+            group.update(initial_lr=self.optim.lr, lr=self.optim.lr * lr_lambda(self.scheduler.last_epoch),
+                         betas=self.optim.betas, weight_decay=self.optim.weight_decay)
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
 
 def _full(param: torch.Tensor) -> torch.Tensor:

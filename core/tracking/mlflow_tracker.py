@@ -203,6 +203,7 @@ class MLflowTracker:
         seed: int,
         tags: Mapping[str, Any] | None = None,
         resume_run_id: str | None = None,
+        resume_step: int = 0,
     ):
         self.tracking_uri = normalize_tracking_uri(tracking_uri)
         with store_init_lock(self.tracking_uri):  # MlflowClient() already opens the store
@@ -210,7 +211,8 @@ class MLflowTracker:
             self.experiment_id = self._get_or_create_experiment(experiment)
         self._finished = False
         self._warned_keys: set[str] = set()
-        if resume_run_id and self._reopen(resume_run_id):
+        self._logged_through: dict[str, int] = {}  # key -> its last step the interrupted run logged
+        if resume_run_id and self._reopen(resume_run_id, resume_step):
             return
         all_tags = provenance_tags(seed)
         all_tags.update({str(k): str(v) for k, v in (tags or {}).items()})
@@ -225,11 +227,13 @@ class MLflowTracker:
             self.finish("FAILED")  # a run that failed to start must not stay RUNNING
             raise
 
-    def _reopen(self, run_id: str) -> bool:
+    def _reopen(self, run_id: str, resume_step: int) -> bool:
         """Continue a checkpointed run in place, so its curves stay one run; False when this store
         does not have it (a resume against another tracking URI starts a new, tagged run).
 
         Params are not logged again: MLflow refuses to change one, and `trainer.resume` itself differs.
+        The interrupted run may have logged steps past its checkpoint's `resume_step`; MLflow cannot
+        delete a metric's points, so those stay and are not logged a second time (`log_metrics`).
         """
         try:
             run = self.client.get_run(run_id)
@@ -238,6 +242,12 @@ class MLflowTracker:
         if run.info.experiment_id != self.experiment_id:
             return False
         self._run_id = run_id
+        # A key's latest metric is its highest step (the store orders by step first): one read, no history.
+        self._logged_through = {metric.key: metric.step for metric in run.data.to_proto().metrics}
+        newest = max(self._logged_through.values(), default=0)
+        if newest > resume_step:
+            print(f"note: MLflow run {run_id} already holds metrics of steps {resume_step + 1}..{newest}, logged "
+                  "before the interruption; they are kept, and this run does not log them again", flush=True)
         self.client.update_run(run_id, status="RUNNING")
         resumes = int(run.data.tags.get("resume_count", "0")) + 1
         self.client.set_tag(run_id, "resume_count", str(resumes))
@@ -284,13 +294,16 @@ class MLflowTracker:
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """Log each numeric value at `step`; NaN/inf are logged as is (a diverging loss should
-        show), a value that is not a number is skipped with one warning per key."""
+        show), a value that is not a number is skipped with one warning per key. A resumed run skips
+        what the interrupted run already logged, so each (key, step) is in the store once."""
         timestamp = int(time.time() * 1000)
         entries = []
         for key, value in metrics.items():
             number = as_float(value)
             if number is None:
                 self._warn_not_numeric(key, value)
+                continue
+            if int(step) <= self._logged_through.get(safe_key(key), -1):
                 continue
             entries.append(Metric(safe_key(key), number, timestamp, int(step)))
         for start in range(0, len(entries), MAX_METRICS_PER_BATCH):

@@ -92,12 +92,13 @@ def build_tracking(
     total_steps: int,
     rank: int = 0,
     resume_run_id: str | None = None,
+    resume_step: int = 0,
 ) -> Tracking:
     """The `Tracking` for this process: the configured backends on rank 0, none elsewhere.
 
     Names are checked on every rank, so a typo fails everywhere at once rather than leaving
     ranks 1..N waiting for a rank 0 that died. `config` is the resolved run config logged
-    to MLflow.
+    to MLflow. `resume_run_id`, `resume_step`: the MLflow run and the step a resumed run continues.
     """
     names = backend_names(cfg_tracking)
     if rank != 0:
@@ -108,12 +109,12 @@ def build_tracking(
             acc_key = cfg_tracking.get("acc_key") or DEFAULT_ACC_KEY
             backends.append(ConsoleLogger(total_steps, acc_key=acc_key, rank=rank))
         elif name == "mlflow":
-            backends.append(_build_mlflow(cfg_tracking, config, seed, resume_run_id))
+            backends.append(_build_mlflow(cfg_tracking, config, seed, resume_run_id, resume_step))
     return Tracking(backends)
 
 
 def _build_mlflow(cfg_tracking: Mapping[str, Any], config: Mapping[str, Any], seed: int,
-                  resume_run_id: str | None = None):
+                  resume_run_id: str | None = None, resume_step: int = 0):
     # Imported here: `import mlflow` takes ~2 s, which console-only runs and tests need not pay.
     from core.tracking.mlflow_tracker import MLflowTracker
 
@@ -125,6 +126,7 @@ def _build_mlflow(cfg_tracking: Mapping[str, Any], config: Mapping[str, Any], se
         seed=seed,
         tags=_plain(cfg_tracking.get("tags") or {}),
         resume_run_id=resume_run_id,
+        resume_step=resume_step,
     )
     print(f"mlflow run {tracker.run_id}; view with: {tracker.ui_hint()}", flush=True)
     return tracker

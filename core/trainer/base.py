@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
@@ -188,7 +189,7 @@ class BaseTrainer:
     def save_checkpoint(self, step: int) -> None:
         engines = self.checkpoint_engines()
         state = {"loader": self.schedule.loader_state(), "val_history": self.val_history,
-                 "mlflow_run_id": self.tracking.run_id}
+                 "mlflow_run_id": self.tracking.run_id, "config": OmegaConf.to_container(self.config, resolve=True)}
         hf_files = {role: (lambda out, e=engine: write_hf_files(e.model, self.tokenizer, out))
                     for role, engine in engines.items()}
         with timed("save_checkpoint", self.timings):

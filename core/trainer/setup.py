@@ -23,8 +23,8 @@ from core.engine.distributed import World, init_distributed, with_tensor_paralle
 from core.models.loading import load_tokenizer, resolve_model_path
 from core.models.warmstart import default_cache_dir
 from core.tracking.tracker import Tracking, build_tracking
-from core.trainer.checkpoint import read_trainer_state, resolve_resume
 from core.trainer.memory_estimate import check_run_fits
+from core.trainer.resume import check_data_position, plan_resume
 from core.trainer.seed import seed_everything
 from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
@@ -71,7 +71,7 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     world = with_tensor_parallel(world, tp)
     dp_size = trainer.nnodes * trainer.n_gpus_per_node if ray_mode else world.dp_size
     check_batch_sizes(config, dp_size)
-    resume_from = resolve_resume(trainer.resume, Path(trainer.checkpoint_dir))  # a bad path fails before loading
+    resume = plan_resume(config, world)  # a bad checkpoint or a change it cannot take fails before loading
     seed_everything(trainer.seed)  # same on every rank: every rank must build identical weights
     model_path = resolve_model_path(config.model.path)
     check_run_fits(config, model_path, dp_size * tp, with_reference=with_reference, with_critic=with_critic)
@@ -79,15 +79,18 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     train_set, val_set = build_datasets(config.data, tokenizer)
     loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,
                           shuffle=config.data.shuffle, rank=world.dp_rank, world_size=world.dp_size)
+    if resume is not None:
+        check_data_position(loader.state_dict(), resume)
     roles = build_roles(config, world, model_path, tokenizer, with_reference=with_reference, with_critic=with_critic,
                         num_workers=dp_size)
     resolved = OmegaConf.to_container(config, resolve=True)
     resolved["model"]["resolved_path"] = model_path
     # A resumed run continues its MLflow run, so the curves before and after the crash are one run.
-    run_id = read_trainer_state(resume_from).get("mlflow_run_id") if resume_from and world.is_main else None
     tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank,
-                              resume_run_id=run_id)
-    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, tracking, resume_from)
+                              resume_run_id=resume.mlflow_run_id if resume else None,
+                              resume_step=resume.step if resume else 0)
+    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, tracking,
+                      resume.path if resume else None)
 
 
 def build_datasets(data, tokenizer) -> tuple[PromptDataset, PromptDataset]:
