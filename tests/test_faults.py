@@ -28,6 +28,7 @@ from core.cli import main as cli_main
 from core.config import load_config
 from core.engine.distributed import World
 from core.trainer.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, resolve_resume
+from core.trainer.guards import STEPS_IN_A_ROW, StepGuard
 from core.trainer.resume import plan_resume
 from core.trainer.run_dir import LOCK_NAME, claimed_run_dirs
 from recipes.grpo.trainer import GRPOTrainer
@@ -312,6 +313,52 @@ def test_a_checkpoint_dir_in_use_by_another_run_is_refused(random_model_dir, tmp
     assert last_err_line(capsys).startswith(f"recipezoo: trainer.checkpoint_dir={shared} is in use by another run "
                                             f"(pid {os.getpid()} on ")
     assert not (tmp_path / "second" / LOCK_NAME).exists() and not list_checkpoints(shared)
+
+
+# ---- rows 6 and 7: a reward function that always fails, an update that is always skipped --------------
+def test_a_reward_function_failing_on_most_rows_stops_the_run_naming_it(random_model_dir, tmp_path, capsys):
+    reward = tmp_path / "grader.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    raise ConnectionError('the grader service is down')\n")
+    args = run_args(random_model_dir, tmp_path, f"reward.custom_function.path={reward}")
+    assert train(args) == 1
+    assert last_err_line(capsys) == (
+        f"recipezoo: stopped at step 1: the reward function {reward}:compute_score failed on 8 of 8 rows of a batch, "
+        "more than reward.max_error_frac=0.5; first error: ConnectionError: the grader service is down — fix the "
+        "function (timeouts: raise reward.timeout_s), or raise reward.max_error_frac")
+    assert mlflow_run(tmp_path)[1].info.status == "FAILED"
+    assert not list_checkpoints(tmp_path / "out" / "checkpoints")
+
+
+def test_steps_whose_update_is_skipped_are_counted_and_stop_the_run(random_model_dir, tmp_path, capsys):
+    reward = tmp_path / "nan_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float('nan')\n")
+    args = run_args(random_model_dir, tmp_path, f"reward.custom_function.path={reward}", "trainer.max_bad_steps=2",
+                    "trainer.save_freq=1")
+    assert train(args) == 1
+    assert re.fullmatch(r"recipezoo: stopped at step 2: 2 steps in a row had a non-finite loss or gradient norm "
+                        r"\(actor/pg_loss=nan, actor/grad_norm=nan\), so their updates were skipped and the policy no "
+                        r"longer trains — lower actor.lr \(now 0.0001\) or look for NaN/inf rewards; "
+                        r"trainer.max_bad_steps=2 sets how many in a row stop the run \(0: never\)",
+                        last_err_line(capsys))
+    client, run = mlflow_run(tmp_path)
+    history = client.get_metric_history(run.info.run_id, "actor/skipped_steps")
+    # Two optimizer steps a step (4 prompts, mini-batches of 2), each skipped.
+    assert sorted((point.step, point.value) for point in history) == [(1, 2.0), (2, 2.0)]
+    assert run.info.status == "FAILED"
+
+
+def test_collapse_signs_are_warned_once(capsys):
+    guard = StepGuard(max_bad_steps=3, lr=10.0, max_response_length=6)
+    for step in range(1, 3 * STEPS_IN_A_ROW):
+        guard.check(step, {"actor/entropy": 1e-5, "response_length/clip_ratio": 1.0, "actor/skipped_steps": 0.0})
+    warnings = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[1] for line in warnings] == [f" step {STEPS_IN_A_ROW}"] * 2
+    assert "actor/entropy=1e-05" in warnings[0] and "actor.lr (now 10)" in warnings[0]
+    assert "data.max_response_length=6" in warnings[1]
+    guard.check(99, {"actor/entropy": 2.0, "response_length/clip_ratio": 0.5})
+    assert capsys.readouterr().out == ""
 
 
 # ---- rows 8, 9 and 10: resuming with another config ---------------------------------------------------

@@ -176,6 +176,9 @@ class FSDPEngine:
         self.scheduler.step()
         metrics = reduce_metrics(step_metrics)
         metrics[f"{self.prefix}/lr"] = self.scheduler.get_last_lr()[0]
+        # Optimizer steps skipped for a non-finite gradient norm (the norm is global: every rank skips alike).
+        metrics[f"{self.prefix}/skipped_steps"] = float(sum(not math.isfinite(m[f"{self.prefix}/grad_norm"])
+                                                            for m in step_metrics))
         return all_reduce_mean(metrics, self.world.device)
 
     def _optimizer_step(self, mini: Batch, loss_fn: LossFn | ValueLossFn, temperature: float) -> dict[str, float]:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from core.data.batch import Batch, BatchContractError
-from core.reward import gsm8k, mathverify
+from core.reward import gsm8k, mathverify, reasoning_gym
 from core.reward.custom import CustomFunction
 
 logger = logging.getLogger(__name__)
@@ -93,7 +93,10 @@ class RewardManager:
     def scorer_for(self, data_source: str) -> Scorer:
         if self.custom_scorer is not None:
             return self.custom_scorer
-        scorer = self.scorers.get(data_source, self.default_scorer)
+        scorer = self.scorers.get(data_source)
+        if scorer is None and reasoning_gym.is_reasoning_gym(data_source):
+            scorer = reasoning_gym.compute_score  # every reasoning-gym task: its own verifier
+        scorer = scorer if scorer is not None else self.default_scorer
         if scorer is None:
             raise ValueError(
                 f"RewardManager: no scorer for data_source {data_source!r}; known data sources are "
@@ -101,6 +104,25 @@ class RewardManager:
                 f"or set reward.custom_function.path/name."
             )
         return scorer
+
+    def scorer_name(self, data_source: str) -> str:
+        """The function that scores `data_source`, as a user finds it: `file.py:name` or `module.function`."""
+        scorer = self.scorer_for(data_source)
+        if isinstance(scorer, CustomFunction):
+            return f"{scorer.path}:{scorer.name}"
+        function = getattr(scorer, "func", scorer)  # a functools.partial's function
+        return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+
+    def too_many_errors(self, data_sources: list[str], errors: list[str | None], max_error_frac: float) -> str | None:
+        """One line when more than `max_error_frac` of a batch's rows failed to score (raised or timed out),
+        naming the function and the first error: scored 0, they would train the policy on noise."""
+        failed = [row for row, error in enumerate(errors) if error is not None]
+        if len(failed) <= max_error_frac * len(errors):
+            return None
+        first = failed[0]
+        return (f"the reward function {self.scorer_name(data_sources[first])} failed on {len(failed)} of {len(errors)} "
+                f"rows of a batch, more than reward.max_error_frac={max_error_frac:g}; first error: {errors[first]} — "
+                "fix the function (timeouts: raise reward.timeout_s), or raise reward.max_error_frac")
 
     def close(self) -> None:
         """Release scoring resources (the pool manager's processes); nothing to do in-process."""

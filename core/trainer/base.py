@@ -26,11 +26,12 @@ from core.tracking.metrics import timed
 from core.tracking.profiler import step_profiler
 from core.trainer.checkpoint import CheckpointManager, list_checkpoints
 from core.trainer.controllers import build_roles
+from core.trainer.guards import StepGuard
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
 from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
 from core.trainer.signals import StopRequest, deferred_stop
-from core.trainer.stops import Interrupted
+from core.trainer.stops import Interrupted, RunHalted
 from core.trainer.validation import validate
 from core.trainer.workers import mini_batch_rows
 
@@ -51,6 +52,7 @@ class BaseTrainer:
         self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
                                              keep_last=config.trainer.max_ckpt_to_keep)
         self.last_saved: tuple[int, Path] | None = None  # (step, dir) of this run's newest checkpoint
+        self.guard = StepGuard(config.trainer.max_bad_steps, config.actor.lr, config.data.max_response_length)
         self.timings: dict[str, float] = {}
         self.step_metrics: dict[str, float] = {}  # what a step's methods report besides their outputs
         self.val_history: list[tuple[int, dict[str, float]]] = []
@@ -80,7 +82,7 @@ class BaseTrainer:
                     metrics = self.stage("update_critic", self.update_critic, batch)
                     metrics |= self.stage("update_actor", self.update_policy, batch)
                     self.stage("sync_weights", self.sync_weights)
-                self.log_step(step, batch, metrics)
+                self.log_step(step, batch, metrics)  # and stops a runaway run (guards.py)
                 if self._due(step, self.config.trainer.test_freq, total):
                     val_metrics = self.validate(step)
                 if self._due(step, save_freq, total):
@@ -106,6 +108,10 @@ class BaseTrainer:
 
     def compute_rewards(self, batch: Batch) -> Batch:
         scores, info = self.reward_manager(batch)
+        failure = self.reward_manager.too_many_errors(list(batch["data_source"]), info["error"],
+                                                      self.config.reward.max_error_frac)
+        if failure:
+            raise RunHalted(f"stopped at step {self.global_step}: {failure}")
         for key, count in reward_metrics(info).items():  # summed: DAPO scores several batches a step
             self.step_metrics[key] = self.step_metrics.get(key, 0) + count
         batch.tensors["token_level_scores"] = scores
@@ -276,6 +282,7 @@ class BaseTrainer:
         return metrics
 
     def log_step(self, step: int, batch: Batch, metrics: dict[str, float]) -> None:
+        """Log the step's metrics, averaged over ranks; then check them (`StepGuard`), on every rank alike."""
         metrics = {**metrics, **self.step_metrics}
         metrics.update(data_metrics(batch, self.config.data.max_response_length))
         metrics.update(throughput_metrics(batch, self.timings["timing_s/step"]))
@@ -287,6 +294,7 @@ class BaseTrainer:
         metrics.update(self.timings)
         metrics["training/epoch"] = batch.meta.get("epoch", 0)
         self.tracking.log_metrics(metrics, step=step)
+        self.guard.check(step, metrics)
 
     @staticmethod
     def _due(step: int, freq: int, total: int) -> bool:
