@@ -86,6 +86,9 @@ def train(args: argparse.Namespace) -> int:
         preflight(config.model.path)
     trainer_cls = load_trainer_class(config.trainer.cls)
     custom_function(config.reward.custom_function)  # a reward file that fails to import
+    from core.trainer.preflight import preflight
+
+    preflight(config)  # data files and model dir, before a model is built, warmed up or downloaded
     # SIGTERM/SIGINT end in one line and a released lock from here on; the loop itself stops gracefully.
     with interruptible():
         if _rank() != 0:  # rank 0 owns the output dir and writes the checkpoints

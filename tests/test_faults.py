@@ -403,3 +403,27 @@ def test_resume_auto_with_no_checkpoint_says_it_starts_fresh(tmp_path, capsys):
     assert plan_resume(config, World(rank=0, size=1, device=torch.device("cpu"))) is None
     assert capsys.readouterr().out == (f"note: trainer.resume=auto found no checkpoint under {tmp_path}/tpyo/"
                                        "checkpoints; this run starts fresh\n")
+
+
+# ---- row 11: cheap checks before the model -------------------------------------------------------------
+@pytest.mark.parametrize("bad_file, expected", [
+    ("empty", "{path}: the file is empty (0 bytes) — regenerate it"),
+    ("no_ground_truth", "{path}: 4 of 4 rows have no field 'reward_model.ground_truth' (data.ground_truth_key; "
+                        "first: row 0, which has fields ['data_source', 'prompt', 'reward_model']) — set "
+                        "data.ground_truth_key=<dotted.path>"),
+])
+def test_a_bad_data_file_fails_before_the_embedded_model_is_warm_started(tmp_path, capsys, monkeypatch, bad_file,
+                                                                         expected):
+    from core.data.dataset import write_rows
+
+    cache = tmp_path / "empty-cache"
+    monkeypatch.setenv("RECIPEZOO_CACHE", str(cache))  # the warm start would take minutes and fill this
+    path = tmp_path / f"{bad_file}.parquet"
+    if bad_file == "empty":
+        path.write_bytes(b"")
+    else:
+        write_rows([{"data_source": "gsm8k", "prompt": "1+1?", "reward_model": {"style": "rule"}}] * 4, path)
+    assert cli_main(["train", "--recipe", "grpo", "model.path=embedded://tiny-arith", f"data.train_files={path}",
+                     f"trainer.output_dir={tmp_path}/out", "tracking.backends=[console]"]) == 2
+    assert last_err_line(capsys).startswith("recipezoo: " + expected.format(path=path))
+    assert not list(cache.glob("tiny-qwen3-arith-*")) and not (tmp_path / "out").exists()

