@@ -24,6 +24,7 @@ import pytest
 import torch
 from helpers_dist import run_script
 
+from core.cli import load_trainer_class
 from core.cli import main as cli_main
 from core.config import load_config
 from core.engine.distributed import World
@@ -31,6 +32,7 @@ from core.trainer.checkpoint import CheckpointError, latest_checkpoint, list_che
 from core.trainer.guards import STEPS_IN_A_ROW, StepGuard
 from core.trainer.resume import plan_resume
 from core.trainer.run_dir import LOCK_NAME, claimed_run_dirs
+from core.trainer.stops import Interrupted
 from recipes.grpo.trainer import GRPOTrainer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,6 +183,26 @@ def test_ctrl_c_ends_in_one_line_exit_130_and_a_released_lock(random_model_dir, 
     if status:
         assert mlflow_run(tmp_path)[1].info.status == status
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+
+def test_ctrl_c_under_ray_saves_the_step_and_stops_the_workers(random_model_dir, tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -c constraints-cpu.txt ray")
+    trainers = write_trainer(tmp_path, SIGNALLED_TRAINERS)
+    config = load_config("grpo", run_args(random_model_dir, tmp_path, "trainer.total_steps=3", "trainer.save_freq=10",
+                                          "tracking.backends=[console]", "trainer.controller=ray",
+                                          "trainer.num_threads=1"))
+    ray.shutdown()
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        trainer = load_trainer_class(f"{trainers}:CtrlC")(config)
+        workers = list(trainer.actor_rollout.workers)
+        with pytest.raises(Interrupted) as stop:
+            trainer.fit()
+        assert (stop.value.exit_code, trainer.last_saved[0]) == (130, 2)
+        with pytest.raises(ray.exceptions.RayActorError):  # the worker process is gone, not left running
+            ray.get(workers[0].node_id.remote(), timeout=60)
+    finally:
+        ray.shutdown()
 
 
 def test_ranks_agree_to_stop_when_only_one_received_the_signal(tmp_path):
