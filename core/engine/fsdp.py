@@ -281,7 +281,6 @@ class FSDPEngine:
         for group, lr_lambda in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
             group.update(initial_lr=self.optim.lr, lr=self.optim.lr * lr_lambda(self.scheduler.last_epoch),
                          betas=self.optim.betas, weight_decay=self.optim.weight_decay)
-        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
 
 def _full(param: torch.Tensor) -> torch.Tensor:
