@@ -25,6 +25,7 @@ from core.data.dataset import read_rows, write_rows
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 LOCAL_SUFFIXES = (".jsonl", ".parquet", ".json")
+REASONING_GYM = "reasoning-gym"  # procedural tasks, core/data/reasoning_gym.py
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,15 @@ def preprocess(name: str, out_dir: str | Path, *, local: str | Path | None = Non
 
 # ---- command line -------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
+    if args.benchmark == REASONING_GYM:
+        from core.data import reasoning_gym
+
+        return reasoning_gym.run(args)
+    misplaced = [flag for flag, value in (("--tasks", args.tasks), ("--difficulty", args.difficulty)) if value]
+    if misplaced:
+        print(f"recipezoo data: {' and '.join(misplaced)} belong to `recipezoo data reasoning-gym`, not "
+              f"{args.benchmark}", file=sys.stderr)
+        return 2
     try:
         written = preprocess(args.benchmark, args.out, local=args.local, split=args.split,
                              instruction=args.instruction)
@@ -222,10 +232,10 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(commands) -> argparse.ArgumentParser:
     """Add `data` to an argparse subparsers object (core/cli.py's build_parser)."""
     parser = commands.add_parser(
-        "data", help="write GSM8K / MATH-500 / AIME / AMC as verl-schema parquet",
+        "data", help="write GSM8K / MATH-500 / AIME / AMC / reasoning-gym tasks as verl-schema parquet",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("benchmark", choices=sorted(BENCHMARKS))
+    parser.add_argument("benchmark", choices=[*sorted(BENCHMARKS), REASONING_GYM])
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder: DIR/<split>.parquet")
     parser.add_argument("--local", metavar="FILE",
                         help="read this .jsonl/.parquet/.json (the source's own fields) instead of the Hub")
@@ -234,5 +244,11 @@ def add_parser(commands) -> argparse.ArgumentParser:
     parser.add_argument("--instruction", metavar="TEXT",
                         help="replace the text appended to each question (default: verl's step-by-step "
                              "instruction for the benchmark; '' appends nothing)")
+    suite = parser.add_argument_group("reasoning-gym (core/data/reasoning_gym.py)")
+    suite.add_argument("--tasks", nargs="+", metavar="TASK", help="reasoning-gym task names")
+    suite.add_argument("--difficulty", nargs="+", metavar="TASK.KEY=VALUE", help="a field of a task's config")
+    suite.add_argument("--size", type=int, default=2000, help="training rows per task")
+    suite.add_argument("--test-size", type=int, default=200, help="test rows per task (none also in train)")
+    suite.add_argument("--seed", type=int, default=0, help="the generators' seed (test rows use another stream)")
     parser.set_defaults(handler=run)
     return parser

@@ -1,0 +1,150 @@
+"""`recipezoo data reasoning-gym`: procedural reasoning tasks as verl-schema parquet, with fixed seeds.
+
+    recipezoo data reasoning-gym --tasks basic_arithmetic syllogism --difficulty basic_arithmetic.max_digits=1 \
+        --size 2000 --test-size 200 --seed 0 --out data/rg
+
+writes `train.parquet` (every task's rows, interleaved) and `test.parquet` (`--test-size` rows per task, none
+whose question is also in train). Each row: data_source `reasoning_gym/<task>`, the task's question plus an
+answer-format instruction as the user turn, and as ground truth the generator's entry as JSON, which the
+task's own verifier reads (core/reward/reasoning_gym.py). `--difficulty TASK.KEY=VALUE` sets a field of the
+task's config dataclass (values read as YAML: `3`, `[+, -]`, `false`); the chosen settings are written into
+every row's extra_info, so a table can state them.
+
+Generators come from `reasoning-gym` (`pip install reasoning-gym`; https://github.com/open-thought/reasoning-gym).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+from core.data.dataset import write_rows
+from core.reward.reasoning_gym import DATA_SOURCE_PREFIX
+
+INSTRUCTION = "Give your final answer inside <answer></answer> tags."
+TEST_SEED_OFFSET = 1_000_003  # test problems come from another stream of the generator than train's
+POOL_FACTOR = 20              # test candidates drawn per wanted row before giving up on distinct questions
+
+
+class TaskError(ValueError):
+    """A task name, difficulty key or size that cannot be generated; the message is the whole error."""
+
+
+def registered_tasks() -> dict:
+    try:
+        from reasoning_gym.factory import DATASETS
+    except ImportError:
+        raise TaskError("recipezoo data reasoning-gym needs the reasoning-gym package: pip install reasoning-gym") from None
+    return DATASETS
+
+
+def parse_difficulty(items: list[str], tasks: list[str]) -> dict[str, dict]:
+    """`TASK.KEY=VALUE` items -> {task: {key: value}}; every key checked against the task's config fields."""
+    import yaml
+
+    datasets, settings = registered_tasks(), {task: {} for task in tasks}
+    for item in items:
+        target, sep, text = item.partition("=")
+        task, dot, key = target.partition(".")
+        if not sep or not dot or not key:
+            raise TaskError(f"--difficulty {item!r}: expected TASK.KEY=VALUE, e.g. basic_arithmetic.max_digits=1")
+        if task not in settings:
+            raise TaskError(f"--difficulty {item!r}: task {task!r} is not among --tasks {tasks}")
+        fields = sorted(f.name for f in dataclasses.fields(datasets[task][1]) if f.name not in ("seed", "size"))
+        if key not in fields:
+            raise TaskError(f"--difficulty {item!r}: {task} has no difficulty key {key!r}; its keys are {fields}")
+        value = yaml.safe_load(text)
+        settings[task][key] = tuple(value) if isinstance(value, list) else value
+    return settings
+
+
+def check_tasks(tasks: list[str], size: int, test_size: int) -> None:
+    datasets = registered_tasks()
+    unknown = [task for task in tasks if task not in datasets]
+    if unknown:
+        raise TaskError(f"--tasks: unknown reasoning-gym task{'s' if len(unknown) > 1 else ''} {unknown}; "
+                        f"the {len(datasets)} tasks are {sorted(datasets)}")
+    if not tasks:
+        raise TaskError("--tasks: name at least one reasoning-gym task")
+    for flag, value in (("--size", size), ("--test-size", test_size)):
+        if value < 1:
+            raise TaskError(f"{flag}={value}: expected a positive number of rows per task")
+
+
+def generate(task: str, settings: dict, size: int, seed: int) -> list[dict]:
+    """`size` entries of `task` from `seed`; a setting the generator rejects becomes one TaskError line."""
+    import reasoning_gym
+
+    try:
+        dataset = reasoning_gym.create_dataset(task, size=size, seed=seed, **settings)
+        return [dataset[index] for index in range(size)]
+    except (AssertionError, ValueError, TypeError, KeyError, IndexError) as error:
+        shown = ", ".join(f"{key}={value!r}" for key, value in settings.items()) or "its defaults"
+        raise TaskError(f"{task} with {shown}: the generator rejected these settings "
+                        f"({type(error).__name__}: {error or 'failed check'})") from None
+
+
+def to_row(task: str, entry: dict, settings: dict, split: str, index: int, instruction: str) -> dict:
+    truth = {"task": task, "question": entry["question"], "answer": entry["answer"], "metadata": entry["metadata"]}
+    return {
+        "data_source": DATA_SOURCE_PREFIX + task,
+        "prompt": [{"role": "user", "content": f"{entry['question'].rstrip()}\n\n{instruction}" if instruction
+                    else entry["question"]}],
+        "ability": "reasoning",
+        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, default=str, sort_keys=True)},
+        "extra_info": {"split": split, "index": index, "task": task,
+                       "difficulty": json.dumps(settings, default=str, sort_keys=True)},
+    }
+
+
+def task_rows(task: str, settings: dict, size: int, test_size: int, seed: int,
+              instruction: str) -> tuple[list[dict], list[dict]]:
+    """(train rows, test rows) of one task; test questions never appear in train."""
+    train = generate(task, settings, size, seed)
+    seen = {entry["question"] for entry in train}
+    pool = generate(task, settings, test_size * POOL_FACTOR, seed + TEST_SEED_OFFSET)
+    test, distinct = [], set()
+    for entry in pool:
+        if entry["question"] not in seen and entry["question"] not in distinct:
+            distinct.add(entry["question"])
+            test.append(entry)
+        if len(test) == test_size:
+            break
+    if len(test) < test_size:
+        raise TaskError(f"{task}: only {len(test)} test questions not in its {size} training rows were found among "
+                        f"{len(pool)} drawn; lower --size or --test-size, or make the task harder (--difficulty)")
+    return ([to_row(task, e, settings, "train", i, instruction) for i, e in enumerate(train)],
+            [to_row(task, e, settings, "test", i, instruction) for i, e in enumerate(test)])
+
+
+def write_suite(tasks: list[str], difficulty: list[str], out_dir: str | Path, *, size: int, test_size: int,
+                seed: int, instruction: str = INSTRUCTION) -> list[tuple[Path, int]]:
+    """Check everything, generate every task, then write train.parquet (interleaved) and test.parquet."""
+    check_tasks(tasks, size, test_size)
+    settings = parse_difficulty(difficulty, tasks)
+    train, test = [], []
+    for task in tasks:
+        task_train, task_test = task_rows(task, settings[task], size, test_size, seed, instruction)
+        train += task_train
+        test += task_test
+    random.Random(seed).shuffle(train)  # each batch mixes the tasks
+    out = Path(out_dir)
+    return [(write_rows(rows, out / f"{split}.parquet"), len(rows)) for split, rows in (("train", train), ("test", test))]
+
+
+def run(args) -> int:
+    """`recipezoo data reasoning-gym ...` (core/data/preprocess.py's parser routes here)."""
+    import sys
+
+    try:
+        written = write_suite(args.tasks or [], args.difficulty or [], args.out, size=args.size,
+                              test_size=args.test_size, seed=args.seed,
+                              instruction=INSTRUCTION if args.instruction is None else args.instruction)
+    except (TaskError, OSError) as error:
+        print(f"recipezoo data reasoning-gym: {error}", file=sys.stderr)
+        return 2
+    for path, count in written:
+        print(f"{path}: {count} rows", flush=True)
+    return 0

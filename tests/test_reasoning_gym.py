@@ -1,0 +1,97 @@
+"""reasoning-gym tasks: `recipezoo data reasoning-gym` (real generators, verl-schema parquet, bad input as one
+line), the answer extraction, scoring by each task's own verifier, and the reward manager's routing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("reasoning_gym")
+
+from core.cli import main as recipezoo  # noqa: E402
+from core.data.dataset import read_rows  # noqa: E402
+from core.data.reasoning_gym import TaskError, parse_difficulty, write_suite  # noqa: E402
+from core.reward.manager import RewardManager  # noqa: E402
+from core.reward.reasoning_gym import compute_score, extract_answer  # noqa: E402
+
+ONE_DIGIT = ["basic_arithmetic.max_digits=1", "basic_arithmetic.max_terms=2", "basic_arithmetic.operators=[+, -]",
+             "basic_arithmetic.allow_negation=false", "basic_arithmetic.allow_parentheses=false"]
+
+
+def test_writes_train_and_test_in_verl_schema(tmp_path):
+    written = write_suite(["basic_arithmetic", "syllogism"], ONE_DIGIT, tmp_path, size=30, test_size=5, seed=0)
+    assert [(path.name, count) for path, count in written] == [("train.parquet", 60), ("test.parquet", 10)]
+    train, test = read_rows(tmp_path / "train.parquet"), read_rows(tmp_path / "test.parquet")
+    assert {row["data_source"] for row in train} == {"reasoning_gym/basic_arithmetic", "reasoning_gym/syllogism"}
+    assert train[0]["data_source"] != train[1]["data_source"] or train[1]["data_source"] != train[2]["data_source"]
+    row = next(row for row in test if row["data_source"] == "reasoning_gym/basic_arithmetic")
+    truth = json.loads(row["reward_model"]["ground_truth"])
+    assert truth["task"] == "basic_arithmetic" and row["prompt"][0]["role"] == "user"
+    assert row["prompt"][0]["content"].endswith("<answer></answer> tags.")
+    assert json.loads(row["extra_info"]["difficulty"]) == {"allow_negation": False, "allow_parentheses": False,
+                                                           "max_digits": 1, "max_terms": 2, "operators": ["+", "-"]}
+    # every number a single digit, and no test question is also a training question
+    assert all(len(term) == 1 for term in truth["metadata"]["expression"].replace("-", "+").split(" + "))
+    train_questions = {json.loads(r["reward_model"]["ground_truth"])["question"] for r in train}
+    assert not train_questions & {json.loads(r["reward_model"]["ground_truth"])["question"] for r in test}
+    again = tmp_path / "again"
+    write_suite(["basic_arithmetic", "syllogism"], ONE_DIGIT, again, size=30, test_size=5, seed=0)
+    assert read_rows(again / "test.parquet") == test  # fixed seeds: the same files
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--tasks", "nope"], "--tasks: unknown reasoning-gym task ['nope']; the "),
+    (["--tasks", "syllogism", "--difficulty", "syllogism.foo=1"], "syllogism has no difficulty key 'foo'; its keys are"),
+    (["--tasks", "syllogism", "--difficulty", "chain_sum.max_terms=2"], "task 'chain_sum' is not among --tasks"),
+    (["--tasks", "syllogism", "--difficulty", "syllogism"], "expected TASK.KEY=VALUE"),
+    (["--tasks", "syllogism", "--size", "0"], "--size=0: expected a positive number of rows per task"),
+    (["--tasks", "simple_equations", "--difficulty", "simple_equations.operators=[+, -]"],
+     "simple_equations with operators=('+', '-'): the generator rejected these settings"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, expected):
+    assert recipezoo(["data", "reasoning-gym", "--out", str(tmp_path / "out"), *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_too_few_distinct_test_questions_is_refused(tmp_path):
+    with pytest.raises(TaskError, match="only .* test questions not in its"):
+        write_suite(["basic_arithmetic"], ONE_DIGIT, tmp_path, size=2000, test_size=50, seed=0)
+
+
+def test_suite_flags_belong_to_reasoning_gym(capsys):
+    assert recipezoo(["data", "gsm8k", "--out", "x", "--tasks", "syllogism"]) == 2
+    assert "--tasks belong to `recipezoo data reasoning-gym`" in capsys.readouterr().err
+
+
+def test_difficulty_values_are_yaml():
+    assert parse_difficulty(["chain_sum.max_terms=3", "chain_sum.allow_negation=false"], ["chain_sum"]) == {
+        "chain_sum": {"max_terms": 3, "allow_negation": False}}
+
+
+@pytest.mark.parametrize("response, answer", [
+    ("thinking... <answer>12</answer> more <answer> 7 </answer>", "7"),
+    ("8 - 2 = 6", "6"),
+    ("Let me see.\n\nThe answer is: False", "False"),
+    ("**Answer: 42.**", "42"),
+    ("Final answer: Yes", "Yes"),
+    ("", ""),
+])
+def test_extraction(response, answer):
+    assert extract_answer(response) == answer
+
+
+def test_scored_by_the_tasks_own_verifier(tmp_path):
+    write_suite(["basic_arithmetic"], ONE_DIGIT, tmp_path, size=5, test_size=3, seed=0)
+    row = read_rows(tmp_path / "test.parquet")[0]
+    truth = row["reward_model"]["ground_truth"]
+    answer = json.loads(truth)["answer"]
+    assert compute_score(f"<answer>{answer}</answer>", truth) == {"score": 1.0, "acc": 1.0}
+    assert compute_score(f"so it is\n{answer}.", truth)["acc"] == 1.0
+    wrong = compute_score(f"<answer>{int(answer) + 1}</answer>", truth)
+    assert wrong["acc"] == 0.0 and wrong["score"] < 1.0
+    manager = RewardManager(tokenizer=None)
+    results = manager.score_texts([f"<answer>{answer}</answer>", "no idea"], [row["data_source"]] * 2, [truth] * 2)
+    assert [r["acc"] for r in results] == [1.0, 0.0] and all(r["error"] is None for r in results)
