@@ -16,12 +16,25 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.run_export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
 from core.tracking.seed_stats import SeedStats
+from core.tracking.suite_rank import (
+    SUITE_MEAN,
+    check_comparable,
+    rank_rows,
+    rank_text,
+    ranking_lines,
+    run_suite_mean,
+    suite_columns,
+    suite_stats,
+)
 
 GSM8K_STRICT = "gsm8k strict `#### N`"
 GSM8K_FLEXIBLE = "gsm8k flexible (last number)"
 MATH_VERIFY = "math_verify on the last `\\boxed{}`"
+REASONING_GYM_VERIFIER = ("the task's own reasoning-gym verifier (`score_answer`) on the last `<answer>…</answer>`, "
+                          "else on the last line (core/reward/reasoning_gym.py); correct = full score")
 # The budget every run of a section should share, stated above its table (config keys, as logged).
 BUDGET_KEYS = ("trainer.total_steps", "data.train_batch_size", "rollout.n", "data.max_response_length",
                "data.max_prompt_length", "rollout.temperature", "actor.lr")
@@ -105,6 +118,8 @@ def eval_grader(data_source: str, protocol: dict) -> tuple[str, str]:
         return method, GSM8K_STRICT if method == "strict" else GSM8K_FLEXIBLE
     if data_source in MATH_SOURCES:
         return "math_verify", MATH_VERIFY
+    if is_reasoning_gym(data_source):
+        return "verifier", REASONING_GYM_VERIFIER
     return "unregistered", f"unregistered for data_source {data_source!r}"
 
 
@@ -186,13 +201,17 @@ def build_before_after(runs: list[dict], evals: list[dict]) -> BeforeAfter:
         groups.setdefault((row.model, row.recipe), []).append(row)
     for (model, recipe), members in groups.items():
         check_unique_seeds(recipe, model, [member.train_run for member in members])
+    before_entries = [entry for entry in evals if entry["stage"] == "before"]
+    for model in {model for model, _ in groups}:
+        check_comparable(model, [RecipeRow(recipe, m, members) for (m, recipe), members in groups.items() if m == model],
+                         [entry for entry in before_entries if str(entry.get("model")) == model])
     columns = sorted({column for entry in evals for column in _eval_columns(entry)}, key=_column_order)
     rows = [RecipeRow(recipe, model, sorted(members, key=lambda r: str(r.train_run["seed"])))
             for (model, recipe), members in groups.items()]
-    first = columns[0] if columns else None
+    first, suite = (columns[0] if columns else None), suite_columns(columns)
 
-    def rank(row: RecipeRow) -> tuple:
-        stats = row.after(first) if first else None
+    def rank(row: RecipeRow) -> tuple:  # best first: on the suite mean when there is a suite, else the first column
+        stats = suite_stats(row, suite) if suite else row.after(first) if first else None
         return row.model, stats is None, -stats.mean if stats else 0.0, row.recipe
 
     return BeforeAfter(columns, {column.group: protocols[column.group] for column in columns}, befores,
@@ -200,12 +219,12 @@ def build_before_after(runs: list[dict], evals: list[dict]) -> BeforeAfter:
 
 
 def _column_order(column: EvalColumn) -> tuple:
-    """GSM8K first (the training task), strict before flexible; then greedy sets before sampled ones;
-    mean@n before pass@k."""
+    """A task suite's columns first, then GSM8K, strict before flexible; then greedy sets before sampled
+    ones; mean@n before pass@k."""
     from core.reward.manager import GSM8K_SOURCES
 
     sampled = column.metric.split("@")[-1] != "1"
-    return (column.data_source not in GSM8K_SOURCES, sampled, column.data_source, column.grader != "strict",
+    return (not is_reasoning_gym(column.data_source), column.data_source not in GSM8K_SOURCES, sampled, column.data_source, column.grader != "strict",
             column.grader, not column.metric.startswith("mean"), column.metric)
 
 
@@ -225,7 +244,10 @@ def training_reward(run: dict) -> str:
     custom = params.get("reward.custom_function.path")
     if custom not in (None, "", "None"):
         return f"custom {custom}"
-    text = f"gsm8k {params.get('reward.gsm8k_method') or '?'}, format {params.get('reward.format_score') or '?'}"
+    if "reasoning_gym" in str(params.get("data.val_files")):  # the suite trains on the tasks it validates on
+        text = "reasoning-gym verifiers"
+    else:
+        text = f"gsm8k {params.get('reward.gsm8k_method') or '?'}, format {params.get('reward.format_score') or '?'}"
     if str(params.get("reward.overlong_buffer.enable")).lower() == "true":
         text += f", overlong buffer {params.get('reward.overlong_buffer.len')}"
     return text
@@ -273,6 +295,8 @@ def _training_task(rows: list[RecipeRow]) -> str:
                       and key != "val/acc"})
     if not sources:
         return "RL"
+    if is_reasoning_gym(sources[0]):
+        return "reasoning-gym suite"
     return "GSM8K" if sources[0] in GSM8K_SOURCES else sources[0]
 
 
@@ -377,15 +401,23 @@ def _stage_text(run: dict) -> str:
 def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]:
     """One row per recipe; only the pretrained model's row while no run is evaluated yet."""
     before = section.befores.get(model, {})
-    header = ["recipe", "seeds", *[column.name for column in section.columns], "steps", "tokens", "GPU-min",
+    suite = suite_columns(section.columns)
+    ranking = rank_rows(rows, suite)
+    summary = [SUITE_MEAN, "rank"] if suite else []
+    header = ["recipe", "seeds", *summary, *[column.name for column in section.columns], "steps", "tokens", "GPU-min",
               "s/step", "reward"]
     lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 3) + "---|"]
+    suite_before = run_suite_mean(before, suite)
     if not rows:
-        cells = ["pretrained model", "—", *[before_after_cell(before.get(c), None, 0) for c in section.columns]]
+        cells = ["pretrained model", "—", *([before_after_cell(suite_before, None, 0), "—"] if suite else []),
+                 *[before_after_cell(before.get(c), None, 0) for c in section.columns]]
         lines.append("| " + " | ".join(_md(cell) for cell in cells + ["—"] * 5) + " |")
     for row in rows:
         costs = row_costs(row)
         cells = [row.recipe, len(row.runs)]
+        if suite:
+            cells += [before_after_cell(suite_before, suite_stats(row, suite), len(row.runs)),
+                      rank_text(ranking, row.recipe)]
         cells += [before_after_cell(before.get(column), row.after(column), len(row.runs)) for column in section.columns]
         cells += [steps_text(costs), "—" if costs["tokens"] is None else format_tokens(costs["tokens"]),
                   _optional(costs["gpu_minutes"], ".1f"), _optional(costs["step_seconds"], ".1f"),
@@ -402,7 +434,8 @@ def render_before_after(section: BeforeAfter, plot: str | None = None) -> list[s
         lines += ["", f"## {_training_task(rows)}, pretrained model `{model}`"]
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
-        lines += [""] + _table(section, model, rows) + (_details(section, rows) if rows else [])
+        lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite_columns(section.columns)))
+        lines += _details(section, rows) if rows else []
     if section.left_out:
         lines += ["", "Not counted:", ""] + [f"- {_md(why)}" for why in section.left_out]
     if plot and section.rows:
@@ -415,6 +448,9 @@ def before_after_records(section: BeforeAfter) -> dict:
     columns = [{"name": column.name, "data_source": column.data_source, "metric": column.metric,
                 "grader": column.grader, "protocol": section.protocols[column.group]} for column in section.columns]
     rows, runs = [], []
+    suite = suite_columns(section.columns)
+    rankings = {model: rank_rows([row for row in section.rows if row.model == model], suite)
+                for model in {row.model for row in section.rows}}
     for row in section.rows:
         costs = row_costs(row)
         record: dict[str, Any] = {"recipe": row.recipe, "model": row.model, "seeds": len(row.runs),
@@ -424,6 +460,10 @@ def before_after_records(section: BeforeAfter) -> dict:
         for column in section.columns:
             stats = row.after(column)
             record[column.name] = stats.record() if stats else None
+        if suite:
+            stats = suite_stats(row, suite)
+            record[SUITE_MEAN] = stats.record() if stats else None
+            record["rank"] = rankings[row.model].ranks.get(row.recipe) or None
         rows.append(record)
         for member in row.runs:
             runs.append({"recipe": row.recipe, "model": row.model, "seed": member.train_run["seed"],
@@ -431,6 +471,7 @@ def before_after_records(section: BeforeAfter) -> dict:
                          "eval_run_ids": " ".join(member.eval_run_ids),
                          **{column.name: _round(member.after.get(column)) for column in section.columns}})
     befores = {model: {column.name: _round(values.get(column)) for column in section.columns}
+               | ({SUITE_MEAN: _round(run_suite_mean(values, suite))} if suite else {})
                for model, values in sorted(section.befores.items())}
     return {"columns": columns, "before": befores, "rows": rows, "runs": runs, "left_out": section.left_out}
 

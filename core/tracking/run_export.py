@@ -66,7 +66,8 @@ GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when
 GPU_SHARE_TAG = "gpu_share"         # the most processes that shared the run's GPU at once
 DEVICE_TAG = "device"               # the GPU's name
 AFTER_EVAL_TAG = "after_eval"       # pending (set before training) | done (every `after` evaluation logged)
-BENCH_TAGS = (AFTER_EVAL_TAG, DEVICE_TAG, GPU_SECONDS_TAG, GPU_SHARE_TAG, STOPPED_TAG)
+MODEL_SHA_TAG = "model_sha256"      # the pretrained model file a run or evaluation started from (core/models/identity.py)
+BENCH_TAGS = (AFTER_EVAL_TAG, DEVICE_TAG, GPU_SECONDS_TAG, GPU_SHARE_TAG, STOPPED_TAG, MODEL_SHA_TAG)
 
 
 class LeaderboardError(ValueError):
@@ -145,6 +146,7 @@ def _export_eval(run) -> dict:
         "model": tags.get(EVAL_MODEL_TAG),
         "recipe": tags.get(EVAL_RECIPE_TAG),
         "train_run_id": tags.get(EVAL_TRAIN_RUN_TAG),
+        **({"model_sha256": tags[MODEL_SHA_TAG]} if MODEL_SHA_TAG in tags else {}),
         "evaluated": params.get("generation.model"),
         "seed": _seed(params.get("generation.seed", tags.get("seed"))),
         "protocol": protocol,

@@ -1,0 +1,99 @@
+"""A task suite's summary in the before → after section: one mean over its tasks, ranks, and one start.
+
+When a section's columns include reasoning-gym tasks (data sources `reasoning_gym/<task>`), each run's
+*suite mean* is the mean of its mean@1 over those tasks (every task weighs the same), summarised over seeds
+like any column, and the rows are ranked on it by Holm-corrected pairwise Welch tests (ranking.py).
+
+Rows of one section are compared with each other, so they must share a starting point and a budget: one
+pretrained model file (the `model_sha256` tag every run and evaluation carries) and the same
+COMPARED_BUDGET_KEYS. `check_comparable` refuses a section that mixes them, naming the runs.
+"""
+
+from __future__ import annotations
+
+from core.reward.reasoning_gym import is_reasoning_gym
+from core.tracking.ranking import Ranking, rank_by_significance
+from core.tracking.run_export import MODEL_SHA_TAG, LeaderboardError
+from core.tracking.seed_stats import SeedStats
+
+# What every row of a section must share (the learning rate is a recipe's own setting: LoRA rows tune theirs).
+COMPARED_BUDGET_KEYS = ("trainer.total_steps", "data.train_batch_size", "rollout.n", "data.max_response_length",
+                        "data.max_prompt_length", "rollout.temperature")
+SUITE_MEAN = "suite mean"
+
+
+def suite_columns(columns: list) -> list:
+    """The mean@1 columns of reasoning-gym tasks, in the section's order."""
+    return [c for c in columns if is_reasoning_gym(c.data_source) and c.metric == "mean@1"]
+
+
+def run_suite_mean(after: dict, columns: list) -> float | None:
+    """One run's mean over the suite's tasks; None unless it has every task."""
+    values = [after.get(column) for column in columns]
+    return None if not columns or None in values else sum(values) / len(values)
+
+
+def suite_stats(row, columns: list) -> SeedStats | None:
+    values = tuple(v for member in row.runs if (v := run_suite_mean(member.after, columns)) is not None)
+    return SeedStats(values) if values else None
+
+
+def rank_rows(rows: list, columns: list) -> Ranking | None:
+    """Ranks of one model's rows on the suite mean (None without suite columns)."""
+    if not columns:
+        return None
+    samples = {row.recipe: (stats.values if (stats := suite_stats(row, columns)) else ()) for row in rows}
+    return rank_by_significance(samples)
+
+
+def _describe(values: dict[str, list[str]]) -> str:
+    return "; ".join(f"{value}: {', '.join(sorted(names))}" for value, names in sorted(values.items()))
+
+
+def check_comparable(model: str, rows: list, befores: list[dict]) -> None:
+    """Raise unless every run and evaluation of `model`'s section started from one model file and every run
+    shares COMPARED_BUDGET_KEYS."""
+    hashes: dict[str, list[str]] = {}
+    for row in rows:
+        for member in row.runs:
+            run = member.train_run
+            hashes.setdefault(run.get("tags", {}).get(MODEL_SHA_TAG) or "not recorded", []).append(
+                f"{row.recipe} seed {run['seed']} (run {run['run_id']})")
+    for entry in befores:
+        hashes.setdefault(entry.get("model_sha256") or "not recorded", []).append(
+            f"the pretrained model's evaluation {entry['run_id']}")
+    if len(hashes) > 1:
+        raise LeaderboardError(
+            f"model {model!r}: its runs started from different model files (sha256 {_describe(hashes)}); rows from "
+            "different starting points are never compared: rerun them from one file, or remove the odd runs")
+    for key in COMPARED_BUDGET_KEYS:
+        values: dict[str, list[str]] = {}
+        for row in rows:
+            for member in row.runs:
+                values.setdefault(str(member.train_run["params"].get(key)), []).append(
+                    f"{row.recipe} seed {member.train_run['seed']}")
+        if len(values) > 1:
+            raise LeaderboardError(
+                f"model {model!r}: its runs trained under different budgets, {key} = {_describe(values)}; rows "
+                "with different budgets are never compared: rerun them with one budget, or remove the odd runs")
+
+
+def rank_text(ranking: Ranking | None, recipe: str) -> str:
+    rank = ranking.ranks.get(recipe, 0) if ranking else 0
+    return str(rank) if rank else "—"
+
+
+def ranking_lines(ranking: Ranking | None) -> list[str]:
+    """How the ranks were made, and the pairs they rest on (folded)."""
+    if ranking is None:
+        return []
+    lines = ["", f"*rank*: 1 + the number of recipes whose {SUITE_MEAN} is significantly higher (pairwise Welch "
+             f"t-tests over seeds, Holm-corrected over all {len(ranking.pairs)} pairs, α = {ranking.alpha}); "
+             f"recipes no test separates share a rank. These figures separate **{ranking.groups} "
+             f"group{'s' if ranking.groups != 1 else ''}**.",
+             "", "<details><summary>Pairwise tests on the suite mean</summary>", "",
+             "| a | b | t | df | p | Holm p | |", "|---|---|---:|---:|---:|---:|---|"]
+    for (a, b), (test, adjusted) in sorted(ranking.pairs.items(), key=lambda item: item[1][1]):
+        verdict = ("a > b" if test.t > 0 else "b > a") if adjusted < ranking.alpha else "tied"
+        lines.append(f"| {a} | {b} | {test.t:.2f} | {test.df:.1f} | {test.p:.4f} | {adjusted:.4f} | {verdict} |")
+    return lines + ["", "</details>"]
