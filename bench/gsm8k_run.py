@@ -32,14 +32,8 @@ from core.eval.generate import GenerationSpec, generate_responses  # noqa: E402
 from core.tracking.run_export import AFTER_EVAL_TAG, SAMPLED_TOKENS_KEY, STOPPED_TAG, steady_seconds  # noqa: E402
 from core.tracking.tracker import Tracking  # noqa: E402
 
-# (name, file under --data-dir, samples per prompt, temperature, top-p, max new tokens, GSM8K graders).
-# GSM8K is scored by both graders (a 135M model often ends without `#### N`); the MATH sources use
-# math_verify whatever the grader flag says. AIME24 is sampled: greedy on 30 problems says little.
-EVAL_SETS = (
-    ("gsm8k", "gsm8k/test.parquet", 1, 0.0, 1.0, 512, ("strict", "flexible")),
-    ("math500", "math500/test.parquet", 1, 0.0, 1.0, 1024, ("strict",)),
-    ("aime24", "aime24/test.parquet", 16, 0.6, 0.95, 1024, ("strict",)),
-)
+from bench.leaderboard_suites import SUITES  # noqa: E402
+from core.tracking.run_export import MODEL_SHA_TAG  # noqa: E402
 
 
 class StopTraining(Exception):
@@ -171,7 +165,7 @@ def leaderboard_trainer(trainer_cls, turns: GpuTurns):
 def eval_specs(args, config, label: str) -> list[tuple[str, GenerationSpec, tuple[str, ...]]]:
     """(set name, generation settings, graders) for each evaluation set."""
     specs = []
-    for name, file, n, temperature, top_p, max_tokens, graders in EVAL_SETS:
+    for name, file, n, temperature, top_p, max_tokens, graders in SUITES[args.suite].eval_sets:
         specs.append((name, GenerationSpec(
             model=label, data=(str(Path(args.data_dir) / file),), n=n, temperature=temperature, top_p=top_p,
             max_tokens=min(max_tokens, args.eval_max_tokens or max_tokens), max_samples=args.eval_limit,
@@ -192,7 +186,7 @@ def evaluate(args, config, rollout, tokenizer, *, label: str, tags: dict[str, st
             argv = ["eval", "--responses", str(responses), "--gsm8k-method", grader, "--reward-manager", "naive",
                     "--experiment", config.tracking.experiment, "--seed", str(config.trainer.seed),
                     "--run-name", run_name, "--out", str(out), "--mlflow-uri", config.tracking.uri]
-            for key, value in tags.items():
+            for key, value in {**tags, **({MODEL_SHA_TAG: args.model_sha256} if args.model_sha256 else {})}.items():
                 argv += ["--tag", f"{key}={value}"]
             if recipezoo(argv) != 0:
                 raise RuntimeError(f"recipezoo {' '.join(argv)} failed")
@@ -215,6 +209,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--eval-limit", type=int, default=None, help="first N prompts of each eval set")
     parser.add_argument("--eval-max-tokens", type=int, default=None, help="cap every eval set's new tokens")
     parser.add_argument("--eval-prompt-length", type=int, default=1024, help="longest eval prompt, in tokens")
+    parser.add_argument("--suite", default="gsm8k", choices=sorted(SUITES), help="whose eval sets to evaluate")
+    parser.add_argument("--model-sha256", default=None, help="tagged on every evaluation: the model file's identity")
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
     if [o for o in overrides if o.startswith("-")]:

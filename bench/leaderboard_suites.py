@@ -1,0 +1,78 @@
+"""The task suites bench/gsm8k_leaderboard.py trains and evaluates on (`--suite NAME`).
+
+A suite names its training and held-out files under --data-dir, how the missing ones are made, the eval sets
+of the before → after table, the MLflow experiment and where --merge writes its results.
+
+- `gsm8k`: GSM8K train/test (the mission's baseline), as the committed GSM8K section.
+- `reasoning-gym`: SUITE_TASKS from reasoning-gym at the difficulties below, chosen so that SmolLM2-135M-Instruct
+  starts between about 5% and 50% on most of them (results/reasoning_gym/README.md gives the measured starts);
+  GSM8K, MATH-500 and AIME24 stay as columns, evaluated as in the GSM8K section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# (name, file under --data-dir, samples per prompt, temperature, top-p, max new tokens, GSM8K graders).
+# GSM8K is scored by both graders (a 135M model often ends without `#### N`); the MATH sources use
+# math_verify whatever the grader flag says, reasoning-gym tasks their own verifier. AIME24 is sampled:
+# greedy on 30 problems says little.
+BASELINE_EVAL_SETS = (
+    ("gsm8k", "gsm8k/test.parquet", 1, 0.0, 1.0, 512, ("strict", "flexible")),
+    ("math500", "math500/test.parquet", 1, 0.0, 1.0, 1024, ("strict",)),
+    ("aime24", "aime24/test.parquet", 16, 0.6, 0.95, 1024, ("strict",)),
+)
+BASELINE_DATA = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",)}
+
+# reasoning-gym: (task, difficulty settings), across arithmetic, algebra, logic and games.
+SUITE_TASKS = (
+    ("basic_arithmetic", ("max_digits=1", "max_terms=2", "operators=[+, -]", "allow_negation=false",
+                          "allow_parentheses=false")),
+    ("products", ("min_terms=2", "max_terms=2", "min_digits=1", "max_digits=1")),
+    ("simple_equations", ("min_terms=2", "max_terms=2", "max_value=10", "operators=[+, -]",
+                          "operators_weights=[0.5, 0.5]")),
+    ("syllogism", ()),
+    ("isomorphic_strings", ()),
+    ("calendar_arithmetic", ()),
+    ("mahjong_puzzle", ()),
+)
+SUITE_TRAIN_ROWS, SUITE_TEST_ROWS, SUITE_SEED = 2000, 100, 0
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    experiment: str
+    train_file: str            # under --data-dir
+    val_file: str              # validated during training (the curves)
+    eval_sets: tuple           # BASELINE_EVAL_SETS' shape
+    results_dir: str           # under results/: --merge writes runs.json, README.md (and leaderboard.md) here
+    own_leaderboard: bool      # True: results/<results_dir>/leaderboard.md; False: a section of results/leaderboard.md
+    max_response: int          # the suite's default data.max_response_length
+    max_prompt: int            # its default data.max_prompt_length
+
+    def data_commands(self, data_dir: str, local_data: str | None) -> list[tuple[str, list[str]]]:
+        """(parquet that must exist, `recipezoo` argv that makes it) for every file the suite reads."""
+        commands = []
+        for name, splits in BASELINE_DATA.items():
+            for split in splits if self.train_file.startswith(f"{name}/") else ("test",):  # train: only what trains
+                argv = ["data", name, "--out", f"{data_dir}/{name}", "--split", split]
+                argv += ["--local", f"{local_data}/{name}/{split}.jsonl"] if local_data else []
+                commands.append((f"{data_dir}/{name}/{split}.parquet", argv))
+        if self.name == "reasoning-gym":
+            argv = ["data", "reasoning-gym", "--out", f"{data_dir}/reasoning_gym", "--tasks",
+                    *[task for task, _ in SUITE_TASKS], "--size", str(SUITE_TRAIN_ROWS),
+                    "--test-size", str(SUITE_TEST_ROWS), "--seed", str(SUITE_SEED)]
+            settings = [f"{task}.{setting}" for task, task_settings in SUITE_TASKS for setting in task_settings]
+            commands.append((f"{data_dir}/{self.train_file}", argv + (["--difficulty", *settings] if settings else [])))
+        return commands
+
+
+SUITES = {
+    "gsm8k": Suite("gsm8k", "gsm8k-leaderboard", "gsm8k/train.parquet", "gsm8k/test.parquet", BASELINE_EVAL_SETS,
+                   "gsm8k_leaderboard", False, 384, 320),
+    "reasoning-gym": Suite("reasoning-gym", "reasoning-gym-leaderboard", "reasoning_gym/train.parquet",
+                           "reasoning_gym/test.parquet",
+                           (("reasoning_gym", "reasoning_gym/test.parquet", 1, 0.0, 1.0, 256, ("strict",)),
+                            *BASELINE_EVAL_SETS), "reasoning_gym", True, 256, 384),
+}
