@@ -24,19 +24,21 @@ BASELINE_EVAL_SETS = (
 )
 BASELINE_DATA = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",)}
 
-# reasoning-gym: (task, difficulty settings), across arithmetic, algebra, logic and games.
+# reasoning-gym: (task, difficulty settings), chosen where SmolLM2-135M-Instruct answered 7-48% of 40 problems
+# greedily (results/reasoning_gym/README.md). Arithmetic, number theory, dates, logic, string algorithms and a game;
+# no algebra: simple_equations at its easiest (two terms, values up to 5 or 9) got 0 and 2.5%, since the model
+# restates the equation.
 SUITE_TASKS = (
     ("basic_arithmetic", ("max_digits=1", "max_terms=2", "operators=[+, -]", "allow_negation=false",
                           "allow_parentheses=false")),
-    ("products", ("min_terms=2", "max_terms=2", "min_digits=1", "max_digits=1")),
-    ("simple_equations", ("min_terms=2", "max_terms=2", "max_value=10", "operators=[+, -]",
-                          "operators_weights=[0.5, 0.5]")),
+    ("chain_sum", ("min_terms=2", "max_terms=2", "min_digits=1", "max_digits=2")),
+    ("gcd", ("max_value=20",)),
+    ("calendar_arithmetic", ()),
     ("syllogism", ()),
     ("isomorphic_strings", ()),
-    ("calendar_arithmetic", ()),
-    ("mahjong_puzzle", ()),
+    ("mahjong_puzzle", ("min_num_rounds=5", "max_num_rounds=12")),
 )
-SUITE_TRAIN_ROWS, SUITE_TEST_ROWS, SUITE_SEED = 2000, 100, 0
+SUITE_TRAIN_ROWS, SUITE_TEST_ROWS, SUITE_SEED = 500, 100, 0
 
 
 @dataclass(frozen=True)
@@ -74,5 +76,5 @@ SUITES = {
     "reasoning-gym": Suite("reasoning-gym", "reasoning-gym-leaderboard", "reasoning_gym/train.parquet",
                            "reasoning_gym/test.parquet",
                            (("reasoning_gym", "reasoning_gym/test.parquet", 1, 0.0, 1.0, 256, ("strict",)),
-                            *BASELINE_EVAL_SETS), "reasoning_gym", True, 256, 384),
+                            *BASELINE_EVAL_SETS), "reasoning_gym", True, 256, 512),
 }

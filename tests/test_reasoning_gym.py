@@ -56,9 +56,14 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, expect
     assert not (tmp_path / "out").exists()
 
 
-def test_too_few_distinct_test_questions_is_refused(tmp_path):
-    with pytest.raises(TaskError, match="only .* test questions not in its"):
-        write_suite(["basic_arithmetic"], ONE_DIGIT, tmp_path, size=2000, test_size=50, seed=0)
+def test_small_tasks_hold_out_their_test_questions(tmp_path):
+    # one-digit sums and differences: a few hundred distinct questions; 150 of them for test, the rest for training
+    write_suite(["basic_arithmetic"], ONE_DIGIT, tmp_path, size=400, test_size=150, seed=0)
+    train, test = read_rows(tmp_path / "train.parquet"), read_rows(tmp_path / "test.parquet")
+    assert len(train) == 400 and len({row["prompt"][0]["content"] for row in test}) == 150
+    assert not {row["prompt"][0]["content"] for row in train} & {row["prompt"][0]["content"] for row in test}
+    with pytest.raises(TaskError, match=r"only \d+ distinct test questions among 2000 drawn"):
+        write_suite(["basic_arithmetic"], ONE_DIGIT, tmp_path / "more", size=10, test_size=500, seed=0)
 
 
 def test_suite_flags_belong_to_reasoning_gym(capsys):

@@ -3,8 +3,8 @@
     recipezoo data reasoning-gym --tasks basic_arithmetic syllogism --difficulty basic_arithmetic.max_digits=1 \
         --size 2000 --test-size 200 --seed 0 --out data/rg
 
-writes `train.parquet` (every task's rows, interleaved) and `test.parquet` (`--test-size` rows per task, none
-whose question is also in train). Each row: data_source `reasoning_gym/<task>`, the task's question plus an
+writes `train.parquet` (every task's rows, interleaved) and `test.parquet` (`--test-size` distinct questions per
+task, none of which is ever in train). Each row: data_source `reasoning_gym/<task>`, the task's question plus an
 answer-format instruction as the user turn, and as ground truth the generator's entry as JSON, which the
 task's own verifier reads (core/reward/reasoning_gym.py). `--difficulty TASK.KEY=VALUE` sets a field of the
 task's config dataclass (values read as YAML: `3`, `[+, -]`, `false`); the chosen settings are written into
@@ -25,7 +25,7 @@ from core.reward.reasoning_gym import DATA_SOURCE_PREFIX
 
 INSTRUCTION = "Give your final answer inside <answer></answer> tags."
 TEST_SEED_OFFSET = 1_000_003  # test problems come from another stream of the generator than train's
-POOL_FACTOR = 20              # test candidates drawn per wanted row before giving up on distinct questions
+POOL_FACTOR = 4               # rows drawn per wanted row before giving up on distinct (test) or unseen (train) ones
 
 
 class TaskError(ValueError):
@@ -101,22 +101,33 @@ def to_row(task: str, entry: dict, settings: dict, split: str, index: int, instr
 
 def task_rows(task: str, settings: dict, size: int, test_size: int, seed: int,
               instruction: str) -> tuple[list[dict], list[dict]]:
-    """(train rows, test rows) of one task; test questions never appear in train."""
-    train = generate(task, settings, size, seed)
-    seen = {entry["question"] for entry in train}
-    pool = generate(task, settings, test_size * POOL_FACTOR, seed + TEST_SEED_OFFSET)
-    test, distinct = [], set()
-    for entry in pool:
-        if entry["question"] not in seen and entry["question"] not in distinct:
-            distinct.add(entry["question"])
-            test.append(entry)
-        if len(test) == test_size:
-            break
+    """(train rows, test rows) of one task. The test questions are drawn first, distinct; training rows are then
+    drawn from the rest, so no test question is ever trained on, even where a task has few distinct questions
+    (one-digit sums: 200), and training rows may repeat there."""
+    test = _distinct(generate(task, settings, test_size * POOL_FACTOR, seed + TEST_SEED_OFFSET), test_size, set())
     if len(test) < test_size:
-        raise TaskError(f"{task}: only {len(test)} test questions not in its {size} training rows were found among "
-                        f"{len(pool)} drawn; lower --size or --test-size, or make the task harder (--difficulty)")
+        raise TaskError(f"{task}: only {len(test)} distinct test questions among {test_size * POOL_FACTOR} drawn; "
+                        "lower --test-size, or make the task harder (--difficulty)")
+    held_out = {entry["question"] for entry in test}
+    pool = generate(task, settings, size * POOL_FACTOR, seed)
+    train = [entry for entry in pool if entry["question"] not in held_out][:size]
+    if len(train) < size:
+        raise TaskError(f"{task}: only {len(train)} of {len(pool)} training questions drawn are not test questions; "
+                        "lower --size or --test-size, or make the task harder (--difficulty)")
     return ([to_row(task, e, settings, "train", i, instruction) for i, e in enumerate(train)],
             [to_row(task, e, settings, "test", i, instruction) for i, e in enumerate(test)])
+
+
+def _distinct(entries: list[dict], count: int, seen: set[str]) -> list[dict]:
+    """The first `count` entries whose questions differ from each other and from `seen`."""
+    kept = []
+    for entry in entries:
+        if entry["question"] not in seen:
+            seen.add(entry["question"])
+            kept.append(entry)
+        if len(kept) == count:
+            break
+    return kept
 
 
 def write_suite(tasks: list[str], difficulty: list[str], out_dir: str | Path, *, size: int, test_size: int,
