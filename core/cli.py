@@ -75,6 +75,7 @@ def train(args: argparse.Namespace) -> int:
         raise ConfigError("--plan-json writes a dry run's plan: add --dry-run")
     from core.config.validate import validate_config
     from core.reward.build import custom_function
+    from core.trainer.preflight import preflight
     from core.trainer.run_dir import claimed_run_dirs
     from core.trainer.signals import interruptible
 
@@ -86,8 +87,6 @@ def train(args: argparse.Namespace) -> int:
         preflight(config.model.path)
     trainer_cls = load_trainer_class(config.trainer.cls)
     custom_function(config.reward.custom_function)  # a reward file that fails to import
-    from core.trainer.preflight import preflight
-
     preflight(config)  # data files and model dir, before a model is built, warmed up or downloaded
     # SIGTERM/SIGINT end in one line and a released lock from here on; the loop itself stops gracefully.
     with interruptible():

@@ -113,17 +113,6 @@ class RewardManager:
         function = getattr(scorer, "func", scorer)  # a functools.partial's function
         return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
 
-    def too_many_errors(self, data_sources: list[str], errors: list[str | None], max_error_frac: float) -> str | None:
-        """One line when more than `max_error_frac` of a batch's rows failed to score (raised or timed out),
-        naming the function and the first error: scored 0, they would train the policy on noise."""
-        failed = [row for row, error in enumerate(errors) if error is not None]
-        if len(failed) <= max_error_frac * len(errors):
-            return None
-        first = failed[0]
-        return (f"the reward function {self.scorer_name(data_sources[first])} failed on {len(failed)} of {len(errors)} "
-                f"rows of a batch, more than reward.max_error_frac={max_error_frac:g}; first error: {errors[first]} — "
-                "fix the function (timeouts: raise reward.timeout_s), or raise reward.max_error_frac")
-
     def close(self) -> None:
         """Release scoring resources (the pool manager's processes); nothing to do in-process."""
 
@@ -185,6 +174,21 @@ def score_row(scorer: Scorer, text: str, ground_truth, data_source: str, extra_i
 
 def failed_row(error: str) -> dict:
     return {"score": 0.0, "acc": 0.0, "error": error[:300]}
+
+
+def too_many_errors(manager, data_sources: list[str], info: dict, max_error_frac: float) -> str | None:
+    """One line when more than `max_error_frac` of a batch's rows failed to score (raised or timed out),
+    naming the function and the first error: scored 0, they would train the policy on noise. `manager`:
+    the trainer's reward manager (a `RewardManager` names its scorer; any other callable, its class)."""
+    errors = info.get("error") or []
+    failed = [row for row, error in enumerate(errors) if error is not None]
+    if len(failed) <= max_error_frac * len(errors):
+        return None
+    first = failed[0]
+    name = manager.scorer_name(data_sources[first]) if isinstance(manager, RewardManager) else type(manager).__name__
+    return (f"the reward function {name} failed on {len(failed)} of {len(errors)} rows of a batch, more than "
+            f"reward.max_error_frac={max_error_frac:g}; first error: {errors[first]} — fix the function (timeouts: "
+            "raise reward.timeout_s), or raise reward.max_error_frac")
 
 
 def reward_metrics(info: dict) -> dict[str, float]:

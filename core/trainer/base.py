@@ -20,7 +20,7 @@ from core.data.batch import Batch
 from core.engine.distributed import all_reduce_mean, all_reduce_sum
 from core.models.export import write_hf_files
 from core.reward.build import build_reward_manager
-from core.reward.manager import reward_metrics
+from core.reward.manager import reward_metrics, too_many_errors
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
 from core.tracking.profiler import step_profiler
@@ -108,8 +108,8 @@ class BaseTrainer:
 
     def compute_rewards(self, batch: Batch) -> Batch:
         scores, info = self.reward_manager(batch)
-        failure = self.reward_manager.too_many_errors(list(batch["data_source"]), info["error"],
-                                                      self.config.reward.max_error_frac)
+        failure = too_many_errors(self.reward_manager, list(batch.non_tensors.get("data_source", [])), info,
+                                  self.config.reward.max_error_frac)
         if failure:
             raise RunHalted(f"stopped at step {self.global_step}: {failure}")
         for key, count in reward_metrics(info).items():  # summed: DAPO scores several batches a step
