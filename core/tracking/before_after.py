@@ -346,10 +346,18 @@ def _intro(rows: list[RecipeRow]) -> list[str]:
                      "(ReMax's greedy baselines, the groups DAPO's dynamic sampling drops).")
     else:
         lines.append("- *tokens*: response tokens trained on per run.")
-    lines.append("- *reward*: the training reward. `gsm8k strict, format F`: verl's GSM8K scorer, 1 for `#### N` with "
-                 "the right N, F for `#### N` with a wrong N, else 0; `overlong buffer L`: DAPO's length penalty over "
-                 "the last L tokens before the response limit. The evaluation's graders below give no format credit.")
-    if any((_number(run["params"].get("reward.format_score")) or 0) > 0 for run in runs):
+    suite = any(training_reward(run).startswith("reasoning-gym") for run in runs)
+    if suite:
+        lines.append("- *reward*: the training reward. `reasoning-gym verifiers`: each task's own `score_answer` on the "
+                     "extracted answer (the evaluation's grader, below; a few tasks give partial credit for a near "
+                     "answer); `overlong buffer L`: DAPO's length penalty over the last L tokens before the response "
+                     "limit. *suite mean*: a run's mean over the reasoning-gym tasks, each weighing the same.")
+    else:
+        lines.append("- *reward*: the training reward. `gsm8k strict, format F`: verl's GSM8K scorer, 1 for `#### N` "
+                     "with the right N, F for `#### N` with a wrong N, else 0; `overlong buffer L`: DAPO's length "
+                     "penalty over the last L tokens before the response limit. The evaluation's graders below give no "
+                     "format credit.")
+    if not suite and any((_number(run["params"].get("reward.format_score")) or 0) > 0 for run in runs):
         lines.append("- Why a format score: a pretrained model this small is almost never right at first, so a reward "
                      "of right answers alone is all zeros; credit for a well-formed `#### N` gives it a signal to "
                      "learn the answer format from first (published GSM8K recipes use 0.1).")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.before_after import (
     GSM8K_STRICT,
     BeforeAfter,
@@ -48,6 +49,7 @@ from core.tracking.run_export import (
     is_task_acc_key,
 )
 from core.tracking.seed_stats import SeedStats, plot_seed_curves
+from core.tracking.suite_rank import with_suite_history
 
 # data_source -> how its accuracy is graded (core/reward/manager.py's scorers; GSM8K is verl-compatible).
 GRADERS = {"arithmetic": GSM8K_STRICT, "gsm8k": GSM8K_STRICT, "openai/gsm8k": GSM8K_STRICT}
@@ -212,6 +214,7 @@ def _one_protocol(task: str, runs: list[dict]) -> dict[str, str]:
 # ---- rendering ---------------------------------------------------------------------------------
 
 PRETRAINED_PLOT = "gsm8k_leaderboard/curves.png"  # the pretrained-model section's curves, under the out dir
+SUITE_CURVE_KEY = "val/suite mean"
 
 
 def plot_name(task: str) -> str:
@@ -332,6 +335,9 @@ def plot_pretrained_curves(section: BeforeAfter, path: Path) -> Path:
                [member.train_run for member in row.runs]) for row in section.rows]
     acc_keys = sorted({key for _, runs in series for run in runs for key in run["history"] if is_task_acc_key(key)})
     panels = [(key, f"held-out {key[len('val/'):-len('/acc')]} acc during training") for key in acc_keys[:1]]
+    if any(is_reasoning_gym(key[len("val/"):-len("/acc")]) for key in acc_keys):  # a suite: its mean over the tasks
+        series = [(label, [with_suite_history(run, SUITE_CURVE_KEY) for run in runs]) for label, runs in series]
+        panels = [(SUITE_CURVE_KEY, "held-out reasoning-gym suite mean during training (greedy, every test problem)")]
     return plot_seed_curves(series, panels + [(TRAIN_REWARD_KEY, f"training reward ({TRAIN_REWARD_KEY})")], path)
 
 

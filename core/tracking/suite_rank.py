@@ -78,6 +78,18 @@ def check_comparable(model: str, rows: list, befores: list[dict]) -> None:
                 "with different budgets are never compared: rerun them with one budget, or remove the odd runs")
 
 
+def with_suite_history(run: dict, key: str) -> dict:
+    """`run` with one more history, `key`: at each step where it validated every reasoning-gym task, their mean."""
+    tasks = [points for name, points in run["history"].items()
+             if name.startswith("val/") and name.endswith("/acc") and is_reasoning_gym(name[len("val/"):-len("/acc")])]
+    by_step: dict[float, list[float]] = {}
+    for points in tasks:
+        for step, value in points:
+            by_step.setdefault(step, []).append(value)
+    mean = [[step, sum(values) / len(values)] for step, values in sorted(by_step.items()) if len(values) == len(tasks)]
+    return {**run, "history": {**run["history"], key: mean}} if tasks else run
+
+
 def rank_text(ranking: Ranking | None, recipe: str) -> str:
     rank = ranking.ranks.get(recipe, 0) if ranking else 0
     return str(rank) if rank else "—"
