@@ -401,20 +401,20 @@ def main(argv: list[str] | None = None) -> int:
         return merge_outputs([Path(folder) for folder in args.merge], Path(args.results),
                              [Path(folder) for folder in args.timing_only], suite)
     started = time.time()
-    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a file store: no SQLAlchemy needed
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    uri = (out / "mlruns").as_uri()
     from core.models.identity import model_sha256
     from core.models.loading import resolve_model_path
 
     model_path = resolve_model_path(args.model)  # fetched and converted once here, not by every job at once
     found_sha = model_sha256(model_path)
-    if args.model_sha256 and args.model_sha256 != found_sha:
+    if args.model_sha256 and args.model_sha256 != found_sha:  # before anything is written
         raise SystemExit(f"--model {args.model}: its model file has sha256 {found_sha}, not --model-sha256 "
                          f"{args.model_sha256}, the one the table was made with; a row from another starting point "
                          "would not compare with the others: use that file, or start a new table without the flag")
     args.model_sha256 = found_sha
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a file store: no SQLAlchemy needed
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    uri = (out / "mlruns").as_uri()
     data = prepare_data(args, suite)
     eval_len = eval_prompt_length(model_path, data, suite)
     longest_eval = min(max(s[5] for s in suite.eval_sets), args.eval_max_tokens or 1 << 30)

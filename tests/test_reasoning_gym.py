@@ -100,3 +100,26 @@ def test_scored_by_the_tasks_own_verifier(tmp_path):
     manager = RewardManager(tokenizer=None)
     results = manager.score_texts([f"<answer>{answer}</answer>", "no idea"], [row["data_source"]] * 2, [truth] * 2)
     assert [r["acc"] for r in results] == [1.0, 0.0] and all(r["error"] is None for r in results)
+
+
+# ---- the leaderboard driver's reasoning-gym suite --------------------------------------------------------------
+
+def test_driver_suite_files_budget_and_model_hash(tmp_path, random_model_dir, capsys):
+    """--suite reasoning-gym trains and validates on the suite's files at its own response/prompt budget and tags
+    every run with the model file's sha256; --model-sha256 of another file refuses before any data or job."""
+    import bench.gsm8k_leaderboard as driver
+    from core.models.identity import model_sha256
+
+    args = driver.parse_args(["--suite", "reasoning-gym", "--model", random_model_dir])
+    common = driver.run_overrides(args, tmp_path, "file:///store", 2048, "abc")
+    assert f"data.train_files={tmp_path / 'reasoning_gym/train.parquet'}" in common
+    assert "data.max_response_length=256" in common and "data.max_prompt_length=512" in common
+    assert "tracking.experiment=reasoning-gym-leaderboard" in common and "+tracking.tags.model_sha256=abc" in common
+    args.model_sha256 = "abc"
+    command = driver.job_command(driver.Job("grpo-seed0", "grpo", 0), args, common, tmp_path, 1024, None)
+    assert command[command.index("--suite") + 1] == "reasoning-gym" and "--model-sha256" in command
+    found = model_sha256(random_model_dir)
+    with pytest.raises(SystemExit, match=f"its model file has sha256 {found}, not --model-sha256 {'0' * 64}"):
+        driver.main(["--suite", "reasoning-gym", "--model", random_model_dir, "--model-sha256", "0" * 64,
+                     "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path / "data")])
+    assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()
