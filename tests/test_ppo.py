@@ -105,7 +105,7 @@ def test_value_engine_update_is_the_plain_autograd_step(random_model_dir):
         return ((values - 1.0).square() * micro["response_mask"]).sum() / num_tokens, {}
 
     metrics = engine.update(batch, loss_fn, mini_batch_size=len(batch))
-    assert set(metrics) == {"critic/grad_norm", "critic/lr"}
+    assert set(metrics) == {"critic/grad_norm", "critic/lr", "critic/skipped_steps"}
     values = plain(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                    position_ids=batch["position_ids"]).logits[:, PROMPT_LEN - 1 : -1, 0]  # (B, T_resp)
     mask = batch["response_mask"]
