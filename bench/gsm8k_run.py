@@ -25,15 +25,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.leaderboard_suites import SUITES  # noqa: E402
 from core.cli import load_trainer_class  # noqa: E402
 from core.cli import main as recipezoo  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.eval.generate import GenerationSpec, generate_responses  # noqa: E402
-from core.tracking.run_export import AFTER_EVAL_TAG, SAMPLED_TOKENS_KEY, STOPPED_TAG, steady_seconds  # noqa: E402
+from core.tracking.run_export import (  # noqa: E402
+    AFTER_EVAL_TAG,
+    MODEL_SHA_TAG,  # noqa: E402
+    SAMPLED_TOKENS_KEY,
+    STOPPED_TAG,
+    steady_seconds,
+)
 from core.tracking.tracker import Tracking  # noqa: E402
-
-from bench.leaderboard_suites import SUITES  # noqa: E402
-from core.tracking.run_export import MODEL_SHA_TAG  # noqa: E402
 
 
 class StopTraining(Exception):

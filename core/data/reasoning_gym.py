@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import sys
 from pathlib import Path
 
 from core.data.dataset import write_rows
@@ -147,8 +148,6 @@ def write_suite(tasks: list[str], difficulty: list[str], out_dir: str | Path, *,
 
 def run(args) -> int:
     """`recipezoo data reasoning-gym ...` (core/data/preprocess.py's parser routes here)."""
-    import sys
-
     try:
         written = write_suite(args.tasks or [], args.difficulty or [], args.out, size=args.size,
                               test_size=args.test_size, seed=args.seed,

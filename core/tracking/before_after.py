@@ -224,8 +224,9 @@ def _column_order(column: EvalColumn) -> tuple:
     from core.reward.manager import GSM8K_SOURCES
 
     sampled = column.metric.split("@")[-1] != "1"
-    return (not is_reasoning_gym(column.data_source), column.data_source not in GSM8K_SOURCES, sampled, column.data_source, column.grader != "strict",
-            column.grader, not column.metric.startswith("mean"), column.metric)
+    return (not is_reasoning_gym(column.data_source), column.data_source not in GSM8K_SOURCES, sampled,
+            column.data_source, column.grader != "strict", column.grader, not column.metric.startswith("mean"),
+            column.metric)
 
 
 def _fill(cells: dict[EvalColumn, float], entry: dict, who: str) -> None:
