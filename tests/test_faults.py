@@ -430,8 +430,8 @@ def test_resume_auto_with_no_checkpoint_says_it_starts_fresh(tmp_path, capsys):
 # ---- row 11: cheap checks before the model -------------------------------------------------------------
 @pytest.mark.parametrize("bad_file, expected", [
     ("empty", "{path}: the file is empty (0 bytes) — regenerate it"),
-    ("no_ground_truth", "{path}: 4 of 4 rows have no field 'reward_model.ground_truth' (data.ground_truth_key; "
-                        "first: row 0, which has fields ['data_source', 'prompt', 'reward_model']) — set "
+    ("no_ground_truth", "{path}: rows have no field 'reward_model.ground_truth' (data.ground_truth_key); found fields "
+                        "['data_source', 'prompt', 'reward_model'], and 'reward_model' has ['style']; set "
                         "data.ground_truth_key=<dotted.path>"),
 ])
 def test_a_bad_data_file_fails_before_the_embedded_model_is_warm_started(tmp_path, capsys, monkeypatch, bad_file,

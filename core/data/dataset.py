@@ -108,6 +108,27 @@ def _check_suffix(path: Path) -> None:
 
 
 # ---- the dataset --------------------------------------------------------------------------------
+def column_values(rows: list[dict], path: str | Path, key: str, setting: str | None) -> list:
+    """Field `key` (a dotted path) of every row; a DataError naming the file, the field, the config `setting` that
+    names it and the fix when a row lacks it (`setting` None: data_source, which has no remapping key)."""
+    values = [get_field(row, key) for row in rows]
+    missing = [i for i, v in enumerate(values) if v is _MISSING]
+    if not missing:
+        return values
+    if setting:
+        where = f" ({setting})"
+        fix = (f"; set {setting}=<dotted.path> to the field that holds it, or convert the file with "
+               "`recipezoo data <benchmark>`")
+    else:  # data_source must be in the row: it picks the reward scorer
+        where, fix = " (it names the reward scorer)", "; add it to every row"
+    if len(missing) == len(rows):
+        raise DataError(f"{path}: rows have no field {key!r}{where}; found fields {_found_fields(rows[0], key)}{fix}")
+    raise DataError(
+        f"{path}: {len(missing)} of {len(rows)} rows have no field {key!r}{where} "
+        f"(first: row {missing[0]}, which has fields {_found_fields(rows[missing[0]], key)}){fix}"
+    )
+
+
 class PromptDataset:
     """Chat-templated, tokenized prompts with their data source and ground truth.
 
@@ -185,25 +206,7 @@ class PromptDataset:
         ]
 
     def _column(self, rows: list[dict], path: Path, key: str, config_field: str | None) -> list:
-        values = [get_field(row, key) for row in rows]
-        missing = [i for i, v in enumerate(values) if v is _MISSING]
-        if not missing:
-            return values
-        # data_source has no remapping key: it must be in the row, since it picks the scorer.
-        if config_field:
-            setting = f"{self.config_prefix}.{config_field}"
-            where = f" ({setting})"
-            fix = (f"; set {setting}=<dotted.path> to the field that holds it, "
-                   f"or convert the file with `recipezoo data <benchmark>`")
-        else:
-            where, fix = " (it names the reward scorer)", "; add it to every row"
-        if len(missing) == len(rows):
-            found = _found_fields(rows[0], key)
-            raise DataError(f"{path}: rows have no field {key!r}{where}; found fields {found}{fix}")
-        raise DataError(
-            f"{path}: {len(missing)} of {len(rows)} rows have no field {key!r}{where} "
-            f"(first: row {missing[0]}, which has fields {_found_fields(rows[missing[0]], key)}){fix}"
-        )
+        return column_values(rows, path, key, f"{self.config_prefix}.{config_field}" if config_field else None)
 
     def _tokenize(self, messages: list[list[dict]]) -> list[list[int]]:
         if getattr(self.tokenizer, "chat_template", None) is None:

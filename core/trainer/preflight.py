@@ -8,7 +8,7 @@ reads the same files again once the tokenizer exists; these checks only need the
 
 from __future__ import annotations
 
-from core.data.dataset import REGENERATE_HINT, DataError, get_field, read_rows
+from core.data.dataset import REGENERATE_HINT, DataError, column_values, read_rows
 from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX, check_model_files
 from core.trainer.setup import data_files
 
@@ -39,13 +39,5 @@ def check_data_file(path: str, data) -> None:
     rows = read_rows(path)  # a missing, empty or unreadable file fails here, naming it
     if not rows:
         raise DataError(f"{path}: the file has no rows — {REGENERATE_HINT}")
-    fields = {data[name]: key for name, key in FIELD_KEYS.items()} | {"data_source": None}
-    for field, key in fields.items():
-        missing = [index for index, row in enumerate(rows) if get_field(row, field, None) is None]
-        if not missing:
-            continue
-        why = key or "it picks the reward scorer"
-        fix = (f"set {key}=<dotted.path> to the field that holds it, or convert the file with `recipezoo data "
-               "<benchmark>`") if key else "add it to every row"
-        raise DataError(f"{path}: {len(missing)} of {len(rows)} rows have no field {field!r} ({why}; first: row "
-                        f"{missing[0]}, which has fields {sorted(rows[missing[0]])}) — {fix}")
+    for field, setting in [*((data[name], key) for name, key in FIELD_KEYS.items()), ("data_source", None)]:
+        column_values(rows, path, field, setting)
