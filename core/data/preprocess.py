@@ -209,21 +209,25 @@ def preprocess(name: str, out_dir: str | Path, *, local: str | Path | None = Non
 
 # ---- command line -------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    if args.benchmark == REASONING_GYM:
-        from core.data import reasoning_gym
-
-        return reasoning_gym.run(args)
+    """One command for both kinds of data: a benchmark (exit 1 on failure, as before) or reasoning-gym tasks
+    (core/data/reasoning_gym.py; exit 2: everything it refuses is bad input)."""
+    suite = args.benchmark == REASONING_GYM
     misplaced = [flag for flag, value in (("--tasks", args.tasks), ("--difficulty", args.difficulty)) if value]
-    if misplaced:
+    if misplaced and not suite:
         print(f"recipezoo data: {' and '.join(misplaced)} belong to `recipezoo data reasoning-gym`, not "
               f"{args.benchmark}", file=sys.stderr)
         return 2
     try:
-        written = preprocess(args.benchmark, args.out, local=args.local, split=args.split,
-                             instruction=args.instruction)
-    except (ValueError, OSError) as error:
-        print(f"recipezoo data: {error}", file=sys.stderr)
-        return 1
+        if suite:
+            from core.data import reasoning_gym
+
+            written = reasoning_gym.write_suite_from_args(args)
+        else:
+            written = preprocess(args.benchmark, args.out, local=args.local, split=args.split,
+                                 instruction=args.instruction)
+    except (ValueError, OSError) as error:  # reasoning_gym.TaskError is a ValueError
+        print(f"recipezoo data{' reasoning-gym' if suite else ''}: {error}", file=sys.stderr)
+        return 2 if suite else 1
     for path, count in written:
         print(f"{path}: {count} rows", flush=True)
     return 0

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import sys
 from pathlib import Path
 
 from core.data.dataset import write_rows
@@ -146,15 +145,7 @@ def write_suite(tasks: list[str], difficulty: list[str], out_dir: str | Path, *,
     return [(write_rows(rows, out / f"{split}.parquet"), len(rows)) for split, rows in (("train", train), ("test", test))]
 
 
-def run(args) -> int:
-    """`recipezoo data reasoning-gym ...` (core/data/preprocess.py's parser routes here)."""
-    try:
-        written = write_suite(args.tasks or [], args.difficulty or [], args.out, size=args.size,
-                              test_size=args.test_size, seed=args.seed,
-                              instruction=INSTRUCTION if args.instruction is None else args.instruction)
-    except (TaskError, OSError) as error:
-        print(f"recipezoo data reasoning-gym: {error}", file=sys.stderr)
-        return 2
-    for path, count in written:
-        print(f"{path}: {count} rows", flush=True)
-    return 0
+def write_suite_from_args(args) -> list[tuple[Path, int]]:
+    """`recipezoo data reasoning-gym ...`'s options (core/data/preprocess.py's parser) -> write_suite."""
+    return write_suite(args.tasks or [], args.difficulty or [], args.out, size=args.size, test_size=args.test_size,
+                       seed=args.seed, instruction=INSTRUCTION if args.instruction is None else args.instruction)
