@@ -16,6 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
+from bench.leaderboard_suites import SUITES
 from core.tracking.console import format_duration
 from core.tracking.leaderboard import write_leaderboard
 from core.tracking.mlflow_tracker import package_versions
@@ -33,7 +34,7 @@ from core.tracking.run_export import (
     save_export,
 )
 
-EXPERIMENT = "gsm8k-leaderboard"
+EXPERIMENT = SUITES["gsm8k"].experiment
 SUMMARY_KEYS = ("run_id", "steps", "stopped", "step_s", "steady_step_s", "setup_s", "train_s", "eval_s")
 
 
@@ -151,8 +152,6 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     the table; their invocations are listed, marked as not counted, for their timings, and each dir's export
     (`runs.json`: steps, stage times) is kept as `timings/<dir name>.json`.
     """
-    from bench.leaderboard_suites import SUITES
-
     suite = suite or SUITES["gsm8k"]
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
     records = {}

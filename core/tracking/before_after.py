@@ -201,13 +201,12 @@ def build_before_after(runs: list[dict], evals: list[dict]) -> BeforeAfter:
         groups.setdefault((row.model, row.recipe), []).append(row)
     for (model, recipe), members in groups.items():
         check_unique_seeds(recipe, model, [member.train_run for member in members])
-    before_entries = [entry for entry in evals if entry["stage"] == "before"]
-    for model in {model for model, _ in groups}:
-        check_comparable(model, [RecipeRow(recipe, m, members) for (m, recipe), members in groups.items() if m == model],
-                         [entry for entry in before_entries if str(entry.get("model")) == model])
     columns = sorted({column for entry in evals for column in _eval_columns(entry)}, key=_column_order)
     rows = [RecipeRow(recipe, model, sorted(members, key=lambda r: str(r.train_run["seed"])))
             for (model, recipe), members in groups.items()]
+    for model in {row.model for row in rows}:
+        check_comparable(model, [row for row in rows if row.model == model],
+                         [e for e in evals if e["stage"] == "before" and str(e.get("model")) == model])
     first, suite = (columns[0] if columns else None), suite_columns(columns)
 
     def rank(row: RecipeRow) -> tuple:  # best first: on the suite mean when there is a suite, else the first column
