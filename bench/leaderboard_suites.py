@@ -5,7 +5,7 @@ of the before → after table, the MLflow experiment and where --merge writes it
 
 - `gsm8k`: GSM8K train/test (the mission's baseline), as the committed GSM8K section.
 - `reasoning-gym`: SUITE_TASKS from reasoning-gym at the difficulties below, chosen so that SmolLM2-135M-Instruct
-  starts between about 5% and 50% on most of them (results/reasoning_gym/README.md gives the measured starts);
+  starts between 5% and 50% on each (results/reasoning_gym/leaderboard.md gives the measured starts);
   GSM8K, MATH-500 and AIME24 stay as columns, evaluated as in the GSM8K section.
 """
 
@@ -24,10 +24,10 @@ BASELINE_EVAL_SETS = (
 )
 BASELINE_DATA = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",)}
 
-# reasoning-gym: (task, difficulty settings), chosen where SmolLM2-135M-Instruct answered 7-48% of 40 problems
-# greedily (results/reasoning_gym/README.md). Arithmetic, number theory, dates, logic, string algorithms and a game;
-# no algebra: simple_equations at its easiest (two terms, values up to 5 or 9) got 0 and 2.5%, since the model
-# restates the equation.
+# reasoning-gym: (task, difficulty settings) where SmolLM2-135M-Instruct starts between 5% and 47% (the `before`
+# figures of results/reasoning_gym/leaderboard.md, 100 test problems a task). Arithmetic, number theory, dates, logic,
+# string algorithms and a game; no algebra: at simple_equations' easiest settings the model restates the equation
+# instead of solving it, so it starts near 0.
 SUITE_TASKS = (
     ("basic_arithmetic", ("max_digits=1", "max_terms=2", "operators=[+, -]", "allow_negation=false",
                           "allow_parentheses=false")),
