@@ -19,7 +19,7 @@ from core.data.batch import Batch
 from core.models.loading import load_tokenizer
 from core.models.random_init import build_causal_lm
 from core.rollout.base import SamplingParams, concat_rollouts
-from core.trainer.ray_controller import ACTOR, RayWorkerGroup, contiguous_parts, rank_seeded
+from core.trainer.ray_controller import ACTOR, RayWorkerGroup, contiguous_parts, kill_and_wait, rank_seeded
 from core.trainer.weight_stream import WeightGroup
 from core.trainer.workers import build_rollout
 
@@ -104,7 +104,6 @@ class DisaggregatedGroup(RayWorkerGroup):
         return self.rollout_workers if role == ROLLOUT else workers
 
     def close(self) -> None:
-        for worker in self.rollout_workers:
-            ray.kill(worker)
+        kill_and_wait(self.rollout_workers)
         self.rollout_workers = []
         super().close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import time
 from types import SimpleNamespace
 
 import ray
@@ -140,8 +141,7 @@ class RayWorkerGroup:
         return self.num_workers
 
     def close(self) -> None:
-        for worker in self.workers:
-            ray.kill(worker)
+        kill_and_wait(self.workers)
         self.workers = []
 
     # ---- dispatch ---------------------------------------------------------------------------
@@ -255,3 +255,21 @@ def contiguous_parts(batch: Batch, n: int) -> list[Batch]:
 def rank_seeded(params: SamplingParams, rank: int) -> SamplingParams:
     """Rank r samples with seed + r, exactly as rank r does under torchrun."""
     return params if params.seed is None else dataclasses.replace(params, seed=params.seed + rank)
+
+
+def kill_and_wait(workers: list, timeout_s: float = 30.0) -> None:
+    """Kill the actors and return once each one answers as dead (or after `timeout_s`).
+
+    `ray.kill` only asks the cluster to kill: a call sent right after it may still run on the live
+    process, and its GPU memory is not yet free. Waiting makes `close()` mean "gone".
+    """
+    for worker in workers:
+        ray.kill(worker)
+    deadline = time.monotonic() + timeout_s
+    for worker in workers:
+        while time.monotonic() < deadline:
+            try:
+                ray.get(worker.__ray_ready__.remote(), timeout=max(0.1, deadline - time.monotonic()))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                break
+            time.sleep(0.05)
