@@ -89,6 +89,18 @@ def test_kl_cov_adds_the_abs_log_ratio_penalty_on_selected_tokens_only():
     torch.testing.assert_close(log_probs.grad, _t([[-0.25, 0.25]]))
 
 
+def test_kl_cov_logs_ppo_kl_as_mean_abs_log_ratio_as_verl_does():
+    # verl's compute_policy_loss_kl_cov logs actor/ppo_kl = masked mean |log ρ|. log ρ = ln 1.5, ln 0.5 (the
+    # padded third token, log ρ = 3, must not count): (0.405465 + 0.693147) / 2 = 0.549306. The other losses'
+    # mean(−log ρ) would be (−0.405465 + 0.693147) / 2 = 0.143841, which Clip-Cov keeps (as verl's Clip-Cov).
+    log_probs = _t([[math.log(1.5), math.log(0.5), 3.0]])
+    options = dict(cov_selected=torch.tensor([[True, False, False]]))
+    _, kl_cov = _loss("kl_cov", log_probs, [[0.0] * 3], [[1.0, -1.0, 0.0]], [[1, 1, 0]], **options)
+    _, clip_cov = _loss("clip_cov", log_probs, [[0.0] * 3], [[1.0, -1.0, 0.0]], [[1, 1, 0]], **options)
+    assert kl_cov["ppo_kl"] == pytest.approx(0.549306, abs=1e-6)
+    assert clip_cov["ppo_kl"] == pytest.approx(0.143841, abs=1e-6)
+
+
 @pytest.mark.parametrize("name", ["clip_cov", "kl_cov"])
 def test_cov_losses_without_the_trainers_pick_say_which_trainer_makes_it(name):
     with pytest.raises(ValueError, match="recipes.entropy_cov.trainer.CovTrainer"):

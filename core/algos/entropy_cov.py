@@ -74,7 +74,7 @@ def clip_cov_loss(log_probs, old_log_probs, advantages, response_mask, *, clip_r
     loss_mat = torch.where(selected, 0.0, torch.maximum(unclipped, clipped))  # (B, T_resp)
     loss = aggregate_loss(loss_mat, response_mask, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
                           max_response_length=max_response_length)
-    return loss, _metrics(clipped > unclipped, log_ratio, selected, response_mask)
+    return loss, _metrics(clipped > unclipped, -log_ratio, selected, response_mask)
 
 
 @POLICY_LOSSES.register("kl_cov")
@@ -88,13 +88,16 @@ def kl_cov_loss(log_probs, old_log_probs, advantages, response_mask, *, kl_cov_c
     loss_mat = -advantages * ratio + kl_cov_coef * log_ratio.abs() * selected  # (B, T_resp)
     loss = aggregate_loss(loss_mat, response_mask, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
                           max_response_length=max_response_length)
-    return loss, _metrics(torch.zeros_like(selected), log_ratio, selected, response_mask)
+    # ppo_kl is mean |log ρ| here, not mean(−log ρ) as in the other losses: verl's KL-Cov logs that, and the
+    # side-by-side with verl compares the same number (recipes/entropy_cov/README.md says so).
+    return loss, _metrics(torch.zeros_like(selected), log_ratio.abs(), selected, response_mask)
 
 
 @torch.no_grad()
-def _metrics(clipped, log_ratio, selected, response_mask) -> dict[str, float]:
+def _metrics(clipped, token_kl, selected, response_mask) -> dict[str, float]:
+    """token_kl (B, T_resp): the per-token KL estimate whose masked mean is logged as ppo_kl."""
     return {
         "pg_clipfrac": masked_mean(clipped.float(), response_mask).item(),
-        "ppo_kl": masked_mean(-log_ratio, response_mask).item(),
+        "ppo_kl": masked_mean(token_kl, response_mask).item(),
         "cov_selected_frac": masked_mean(selected.float(), response_mask).item(),
     }
