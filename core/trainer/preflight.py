@@ -1,21 +1,24 @@
-"""Cheap checks first: the files a run reads, checked before any model is built, warmed up or downloaded.
+"""Cheap checks first: the GPUs and files a run needs, checked before any model is built or downloaded.
 
 `recipezoo train` runs this right after the config check and the loading of the reward function file,
-so a typo in a data path, an empty parquet file or a model dir without weights fails in seconds with
-one line, not after the embedded model's warm start (minutes on a CPU) or a download. The dataset
-reads the same files again once the tokenizer exists; these checks only need the rows.
+so more GPUs than the node has (devices.py), a typo in a data path, an empty parquet file or a model dir
+without weights fails in seconds with one line, not after the embedded model's warm start (minutes on a
+CPU), a download or a Ray cluster's start. The dataset reads the same files again once the tokenizer
+exists; these checks only need the rows.
 """
 
 from __future__ import annotations
 
 from core.data.dataset import REGENERATE_HINT, DataError, column_values, read_rows
 from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX, check_model_files
+from core.trainer.devices import check_devices
 from core.trainer.setup import data_files
 
 FIELD_KEYS = {"prompt_key": "data.prompt_key", "ground_truth_key": "data.ground_truth_key"}
 
 
 def preflight(config) -> None:
+    check_devices(config)
     check_model_dir(config.model.path, config.model.gguf_file, "model.path", weights=config.model.init == "pretrained")
     if config.critic.model_path:
         check_model_dir(config.critic.model_path, None, "critic.model_path", weights=True)
