@@ -68,7 +68,7 @@ def parse_entries(text: str) -> tuple[list[str], list[Entry]]:
             if last is not None and last.comment_column == column:
                 last.comment.append(comment.group("text").strip())
             else:
-                pending.append(comment.group("text").strip())
+                pending.append(comment.group("text"))
             continue
         match = KEY_LINE.match(line)
         if not match or line.lstrip().startswith("- "):
@@ -77,7 +77,8 @@ def parse_entries(text: str) -> tuple[list[str], list[Entry]]:
         while stack and stack[-1][0] >= indent:
             stack.pop()
         parent = stack[-1][1] if stack else None
-        entry = Entry(f"{parent.dotted}.{match.group('key')}" if parent else match.group("key"), comment=pending)
+        entry = Entry(f"{parent.dotted}.{match.group('key')}" if parent else match.group("key"),
+                      comment=[text.strip() for text in pending])
         pending = []
         value, offset = split_comment(match.group("rest"))
         if offset is not None:
@@ -150,7 +151,7 @@ def render_reference(path: Path = BASE_YAML) -> str:
              "Generated from `core/config/base.yaml` by `python -m core.config.reference` on every build of this "
              "site; do not edit. *type* and *valid* are what the check before a run accepts "
              "(`core/config/validate.py`); a key whose default is null takes what its comment says.", "",
-             "```yaml", *(f"# {line}" for line in header), "```", ""]
+             "```yaml", *(f"#{line}" for line in header), "```", ""]
     for root in roots:
         if root.children:
             lines += render_block(root, defaults, 2)
