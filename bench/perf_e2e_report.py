@@ -7,6 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
+from results_page import pyplot, save_plot, stacked_barh, table_header, target_verdict
+
 SPEEDUP_TARGET = 1.5
 # Our stage -> the row it lands in; TRL's phases are mapped onto the same rows by trl_grpo_gpu.py.
 ROWS = ("gen", "reward", "old_log_prob", "update_actor", "sync_weights")
@@ -55,12 +57,11 @@ def e2e_section(directory: Path) -> list[str]:
         return [title, "", f"Not compared: ours ran on {ours['device']} and TRL on {trl['device']} (a later call re-ran "
                 "one of them); `bash bench/perf_e2e_suite.sh` runs both on one GPU.", ""]
     speedup = trl["step"] / ours["step"]
-    verdict = "met" if speedup >= SPEEDUP_TARGET else f"missed by {SPEEDUP_TARGET - speedup:.2f}×"
     lines = [title, "",
              f"Same GPU ({ours['device']}), the two runs back to back, same work per step; medians over {ours['steps']} and "
              f"{trl['steps']} steps after a warm-up step. Speed-up = TRL step time / ours: **{speedup:.2f}×** "
-             f"(target ≥ {SPEEDUP_TARGET}×: {verdict}).", "",
-             "| stage (s) | ours | TRL | TRL − ours |", "|---|---|---|---|"]
+             f"(target ≥ {SPEEDUP_TARGET}×: {target_verdict(speedup, SPEEDUP_TARGET, '{:.2f}×')}).", "",
+             *table_header("stage (s)", "ours", "TRL", "TRL − ours")]
     for row in ROWS:
         lines.append(f"| {row} | {ours['rows'][row]:.2f} | {trl['rows'][row]:.2f} | "
                      f"{trl['rows'][row] - ours['rows'][row]:+.2f} |")
@@ -82,22 +83,9 @@ def write_e2e_plot(directory: Path) -> list[str]:
     pair = load_pair(directory)
     if pair is None or not same_machine(*pair):
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 2.8))
-    for y, run in enumerate((pair[1], pair[0])):
-        left = 0.0
-        for row in ROWS:
-            width = max(run["rows"][row], 0.0)
-            ax.barh(y, width, left=left, label=row if y == 0 else None, color=f"C{ROWS.index(row)}")
-            left += width
-    ax.set_yticks([0, 1], ["TRL", "ours"])
+    fig, ax = pyplot().subplots(figsize=(6, 2.8))
+    stacked_barh(ax, [("TRL", pair[1]["rows"]), ("ours", pair[0]["rows"])], ROWS)
     ax.set_xlabel("seconds per GRPO step")
     ax.legend(ncol=2, fontsize=8, loc="upper right")  # beside the shorter (ours) bar
     ax.set_title("End-to-end GRPO step breakdown, one GPU")
-    fig.tight_layout()
-    fig.savefig(directory / "e2e_breakdown.png", dpi=120)
-    return ["e2e_breakdown.png"]
+    return [save_plot(fig, directory / "e2e_breakdown.png")]

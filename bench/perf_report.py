@@ -9,16 +9,12 @@ script wrote on the GPU, and each table names that script's command.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
-TARGETS = {"rollout": 0.95, "mfu": 0.40, "e2e_speedup": 1.5}
-E2E_STAGES = ("gen", "reward", "old_log_prob", "update_actor", "sync_weights")
+from results_page import load_results, pyplot, save_plot, table_header, target_verdict, write_page
 
-
-def load(directory: Path, pattern: str) -> list[dict]:
-    return [json.loads(p.read_text()) | {"_file": p.name} for p in sorted(directory.glob(pattern))]
+TARGETS = {"rollout": 0.95, "mfu": 0.40}  # the end-to-end speed-up's: perf_e2e_report.SPEEDUP_TARGET
 
 
 def model_label(run: dict) -> str:
@@ -38,8 +34,7 @@ def train_section(runs: list[dict]) -> list[str]:
              "`bench/train_mfu_gpu.py`. `ours_compiled` is the default on CUDA (`actor.compile_layers=auto`); "
              "`ours` is the same without torch.compile, `naive` plain HF code (padded micro-batches of 16 rows, "
              "gradient checkpointing, fp32 full-vocab log-softmax).", "",
-             "| model | variant | tokens/s | MFU | step (s) | peak memory (GiB) | target MFU |",
-             "|---|---|---|---|---|---|---|"]
+             *table_header("model", "variant", "tokens/s", "MFU", "step (s)", "peak memory (GiB)", "target MFU")]
     for run in runs:
         for v in run["variants"]:
             if "error" in v:
@@ -47,8 +42,7 @@ def train_section(runs: list[dict]) -> list[str]:
                 continue
             target = ""
             if v["variant"] == "ours_compiled" and "1.7b" in run["model"]:  # the default path on CUDA
-                gap = TARGETS["mfu"] - v["mfu"]
-                target = f"≥ {TARGETS['mfu']:.0%}: " + ("met" if gap <= 0 else f"missed by {gap:.1%}")
+                target = f"≥ {TARGETS['mfu']:.0%}: {target_verdict(v['mfu'], TARGETS['mfu'])}"
             lines.append(f"| {model_label(run)} | {variant_label(v)} | {v['tokens_per_s']:,.0f} | {v['mfu']:.1%} | "
                          f"{v['median_step_s']:.2f} | {v['peak_memory_gib']:.1f} | {target} |")
     lines += [""] + [f"- `{model_label(run)}`: {run['tokens']:,} real tokens in {run['rows']} rows "
@@ -82,12 +76,12 @@ def rollout_section(runs: list[dict]) -> list[str]:
     if not runs:
         return []
     lines = ["## Rollout: our vLLM backend vs raw vLLM vs our HF backend; weight sync", "",
-             "| model | raw vLLM tok/s | ours (vLLM) tok/s | ours / raw | our code per call | ours (HF) tok/s | "
-             "engine start (s) | weight sync FSDP2→vLLM | sleep frees |", "|---|---|---|---|---|---|---|---|---|"]
+             *table_header("model", "raw vLLM tok/s", "ours (vLLM) tok/s", "ours / raw", "our code per call",
+                           "ours (HF) tok/s", "engine start (s)", "weight sync FSDP2→vLLM", "sleep frees")]
     for run in runs:
         med = {k: statistics.median(v) for k, v in run["tokens_per_s"].items()}
         ratio = run["ours_over_raw"]
-        verdict = "met" if ratio >= TARGETS["rollout"] else f"missed by {TARGETS['rollout'] - ratio:.1%}"
+        verdict = target_verdict(ratio, TARGETS["rollout"])
         hf = f"{run['hf_tokens_per_s']:,.0f}" if "hf_tokens_per_s" in run else "not run"
         sync = run.get("weight_sync")
         sync_text = f"{sync['gb_per_s']:.1f} GB/s ({sync['bytes'] / 1e9:.2f} GB in {min(sync['seconds']):.2f} s)" \
@@ -114,32 +108,24 @@ def rollout_section(runs: list[dict]) -> list[str]:
 
 
 def write_plots(directory: Path, train: list[dict], rollout: list[dict]) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     written = []
     if train:
-        fig, ax = plt.subplots(figsize=(7, 3.8))
+        fig, ax = pyplot().subplots(figsize=(7, 3.8))
         labels, values = [], []
         for run in train:
             for v in run["variants"]:
                 if "mfu" in v:
-                    labels.append(f"{model_label(run)}\n{variant_label(v)}")
+                    labels.append(f"{model_label(run)}  {variant_label(v)}")
                     values.append(100 * v["mfu"])
-        labels = [label.replace("\n", "  ") for label in labels]
         ax.barh(labels, values, color=["tab:blue" if "ours" in lab else "tab:gray" for lab in labels])
         ax.invert_yaxis()
         ax.axvline(100 * TARGETS["mfu"], color="tab:red", linestyle="--", label="target (1.7B)")
         ax.set_xlabel("MFU (%)")
         ax.set_title("Policy update MFU, one GPU")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(directory / "train_mfu.png", dpi=120)
-        written.append("train_mfu.png")
+        written.append(save_plot(fig, directory / "train_mfu.png"))
     if rollout:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig, ax = pyplot().subplots(figsize=(6, 3.5))
         names = [run["model"] for run in rollout]
         width = 0.27
         for i, (key, label) in enumerate([("raw vllm.LLM.generate", "raw vLLM"), ("recipezoo VLLMRollout", "ours (vLLM)"),
@@ -152,9 +138,7 @@ def write_plots(directory: Path, train: list[dict], rollout: list[dict]) -> list
         ax.set_title("Rollout throughput, one GPU")
         ax.set_ylim(top=ax.get_ylim()[1] * 1.2)  # room for the legend above the bars
         ax.legend(ncol=3, loc="upper center")
-        fig.tight_layout()
-        fig.savefig(directory / "rollout.png", dpi=120)
-        written.append("rollout.png")
+        written.append(save_plot(fig, directory / "rollout.png"))
     return written
 
 
@@ -163,7 +147,7 @@ def main() -> None:
     parser.add_argument("--dir", default="results/perf")
     args = parser.parse_args()
     directory = Path(args.dir)
-    train, rollout = load(directory, "train_*.json"), load(directory, "rollout_*.json")
+    train, rollout = load_results(directory.glob("train_*.json")), load_results(directory.glob("rollout_*.json"))
     from perf_e2e_report import e2e_section, write_e2e_plot
     from sglang_report import sglang_section, write_sglang_plot
     from verl_report import verl_section, write_verl_plot
@@ -176,8 +160,7 @@ def main() -> None:
     lines += train_section(train) + rollout_section(rollout) + sglang_section(directory) + e2e_lines
     lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     lines += (Path(__file__).parent / "perf_rerun.md").read_text().splitlines()
-    (directory / "README.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {directory / 'README.md'} and {', '.join(plots) or 'no plots'}")
+    print(f"wrote {write_page(directory / 'README.md', lines)} and {', '.join(plots) or 'no plots'}")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ sleep for each. A model or backend without a file shows as "not run"; nothing he
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
+
+from results_page import load_results, pyplot, save_plot, table_header, target_verdict
 
 TARGET = 0.95  # ours / raw, each engine
 BACKENDS = {"sglang": ("raw sglang.Engine.generate", "recipezoo SGLangRollout"),
@@ -18,8 +19,7 @@ PATHS = (("sglang", 0, "raw SGLang"), ("sglang", 1, "ours (SGLang)"), ("vllm", 0
 def load_runs(directory: Path) -> dict[str, dict[str, dict]]:
     """model -> backend -> its json, models in the order of their first file."""
     runs: dict[str, dict[str, dict]] = {}
-    for path in sorted(directory.glob("sglang_rollout_*.json")):
-        run = json.loads(path.read_text())
+    for run in load_results(directory.glob("sglang_rollout_*.json")):
         runs.setdefault(run["model"], {})[run["backend"]] = run
     return runs
 
@@ -60,7 +60,7 @@ def _ratio(run: dict | None) -> str:
     if run is None:
         return "not run"
     ratio = run["ours_over_raw"]
-    return f"**{ratio:.1%}** ({'met' if ratio >= TARGET else f'missed by {TARGET - ratio:.1%}'})"
+    return f"**{ratio:.1%}** ({target_verdict(ratio, TARGET)})"
 
 
 def _number(value: float | None) -> str:
@@ -82,9 +82,9 @@ def sglang_section(directory: Path) -> list[str]:
     if not runs:
         return []
     lines = ["## Rollout: our SGLang backend vs raw SGLang, beside our vLLM backend vs raw vLLM", "",
-             "| model | raw SGLang tok/s | ours (SGLang) tok/s | ours / raw SGLang | raw vLLM tok/s | ours (vLLM) tok/s "
-             "| ours / raw vLLM | weight sync FSDP2→SGLang | FSDP2→vLLM | sleep frees (SGLang) | (vLLM) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             *table_header("model", "raw SGLang tok/s", "ours (SGLang) tok/s", "ours / raw SGLang", "raw vLLM tok/s",
+                           "ours (vLLM) tok/s", "ours / raw vLLM", "weight sync FSDP2→SGLang", "FSDP2→vLLM",
+                           "sleep frees (SGLang)", "(vLLM)")]
     for model, by_backend in runs.items():
         sg, vl = by_backend.get("sglang"), by_backend.get("vllm")
         lines.append(f"| {model} | {_number(median_tokens_per_s(sg, 0))} | {_number(median_tokens_per_s(sg, 1))} | "
@@ -114,12 +114,7 @@ def write_sglang_plot(directory: Path) -> list[str]:
     runs = load_runs(directory)
     if not runs:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = pyplot().subplots(figsize=(7, 3.8))
     names, width = list(runs), 0.2
     for i, (backend, which, label) in enumerate(PATHS):
         values = [(median_tokens_per_s(runs[m].get(backend), which) or 0) / 1e3 for m in names]
@@ -129,7 +124,4 @@ def write_sglang_plot(directory: Path) -> list[str]:
     ax.set_title("Rollout throughput, one GPU: SGLang and vLLM, raw and ours")
     ax.set_ylim(top=ax.get_ylim()[1] * 1.25)  # room for the legend above the bars
     ax.legend(ncol=4, loc="upper center", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(directory / "sglang_rollout.png", dpi=120)
-    plt.close(fig)
-    return ["sglang_rollout.png"]
+    return [save_plot(fig, directory / "sglang_rollout.png")]

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from perf_e2e_report import same_machine, trl_summary
+from results_page import pyplot, save_plot, stacked_barh, table_header, table_row, target_verdict
 
 SPEEDUP_TARGET = 1.25
 STAGES = ("gen", "reward", "old_log_prob", "update_actor", "sync_weights")
@@ -104,9 +105,9 @@ def cell(run: dict, value: str) -> str:
 def stage_table(runs: list[dict], key: str) -> list[str]:
     """One row per stage from each run's `key` rows (medians after the first step, or the first step); "—" where
     the run has none."""
-    lines = ["| stage (s) | " + " | ".join(run["label"] for run in runs) + " |", "|---" * (len(runs) + 1) + "|"]
+    lines = table_header("stage (s)", *(run["label"] for run in runs))
     for row in (*STAGES, "other"):
-        lines.append(f"| {row} | " + " | ".join(f"{r[key][row]:.2f}" if key in r else "—" for r in runs) + " |")
+        lines.append(table_row([row, *(f"{r[key][row]:.2f}" if key in r else "—" for r in runs)]))
     return lines
 
 
@@ -115,13 +116,11 @@ def table(runs: list[dict]) -> list[str]:
         return value if "rows" in run else "—"
 
     lines = stage_table(runs, "rows") + [
-        "| **step** | " + " | ".join(median_cell(r, f"**{r.get('step', 0):.2f}**") for r in runs) + " |",
-        "| tokens/s/GPU | " + " | ".join(median_cell(r, f"{r.get('tokens_per_s_per_gpu', 0):,.0f}") for r in runs)
-        + " |",
-        "| peak GPU memory (GiB) | " + " | ".join(
-            f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "not recorded" for r in runs) + " |",
-        "| first step (not in the medians) | " + " | ".join(cell(r, f"{r.get('first_step', 0):.2f}") for r in runs)
-        + " |",
+        table_row(["**step**", *(median_cell(r, f"**{r.get('step', 0):.2f}**") for r in runs)]),
+        table_row(["tokens/s/GPU", *(median_cell(r, f"{r.get('tokens_per_s_per_gpu', 0):,.0f}") for r in runs)]),
+        table_row(["peak GPU memory (GiB)", *(f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None
+                                              else "not recorded" for r in runs)]),
+        table_row(["first step (not in the medians)", *(cell(r, f"{r.get('first_step', 0):.2f}") for r in runs)]),
     ]
     if any("first_step" in run and "rows" not in run for run in runs):
         lines += ["", "A run finished only its first step, so the first steps by stage (each includes its "
@@ -147,7 +146,7 @@ def verdicts(runs: list[dict]) -> list[str]:
             continue
         speedup = verl[step] / run[step]
         if steady:
-            target = "met" if speedup >= SPEEDUP_TARGET else f"missed by {SPEEDUP_TARGET - speedup:.2f}×"
+            target = target_verdict(speedup, SPEEDUP_TARGET, "{:.2f}×")
             target += ", against verl without sequence packing" if verl["padded"] else ""
             lines.append(f"- verl step / {run['label']} step: **{speedup:.2f}×** (target ≥ {SPEEDUP_TARGET}×: {target})")
         else:
@@ -236,29 +235,16 @@ def write_verl_plot(directory: Path) -> list[str]:
     panels = [(shape, runs) for shape, runs in finished.items() if any(r["label"].startswith("verl") for r in runs)]
     if not panels:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 1.5 + 0.7 * sum(len(runs) for _, runs in panels)),
-                             squeeze=False)
+    fig, axes = pyplot().subplots(len(panels), 1, figsize=(7, 1.5 + 0.7 * sum(len(runs) for _, runs in panels)),
+                                  squeeze=False)
     for ax, (shape, runs) in zip(axes[:, 0], panels):
         verl = next(run for run in runs if run["label"].startswith("verl"))
         key = "rows" if "rows" in verl else "first_rows"
-        runs = [run for run in runs if key in run]
-        for y, run in enumerate(reversed(runs)):
-            left = 0.0
-            for index, row in enumerate((*STAGES, "other")):
-                width = max(run[key][row], 0.0)
-                ax.barh(y, width, left=left, color=f"C{index}", label=row if y == 0 else None)
-                left += width
-        labels = [run["label"] + ("\n(no flash-attn: padded)" if run["padded"] else "") for run in reversed(runs)]
-        ax.set_yticks(range(len(runs)), labels, fontsize=8)
+        bars = [(run["label"] + ("\n(no flash-attn: padded)" if run["padded"] else ""), run[key])
+                for run in reversed(runs) if key in run]
+        stacked_barh(ax, bars, (*STAGES, "other"), fontsize=8)
         ax.set_xlabel("seconds per step" + ("" if key == "rows" else " (first steps: verl made no second)"))
         ax.set_title(SHAPES[shape][0], fontsize=9)
     handles, names = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, names, ncol=len(names), fontsize=7, loc="lower center")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(directory / "verl_side_by_side.png", dpi=120)
-    return ["verl_side_by_side.png"]
+    return [save_plot(fig, directory / "verl_side_by_side.png", rect=(0, 0.05, 1, 1))]
