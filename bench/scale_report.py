@@ -11,6 +11,8 @@ import json
 import statistics
 from pathlib import Path
 
+from results_page import load_results, number_cell, pyplot, save_plot, stacked_barh, table_header, table_row
+
 ROOT = Path(__file__).resolve().parents[1]
 STAGE_ORDER = ("gen", "old_log_prob", "values", "adv", "update_critic", "update_actor", "sync_weights")
 PUBLISHED = ROOT / "bench/verl_published_8gpu.json"
@@ -18,43 +20,29 @@ DEVICES = ("H100 80GB", "H200 141GB")  # the plan's devices, in bench/scale_plan
 SCALING_TARGET = 0.85  # tokens/s per GPU at 8 GPUs over at 2
 
 
-def _fmt(value, spec: str = ".1f") -> str:
-    return "–" if value is None else format(value, spec)
-
-
 def table(results: list[dict]) -> list[str]:
-    lines = ["| recipe | GPUs | controller | settings | step s | gen s | update s | sync s | gen tok/s/GPU | "
-             "vs raw vLLM | trained tok/s/GPU | update MFU | peak GiB per GPU |", "|" + "---|" * 13]
+    lines = table_header("recipe", "GPUs", "controller", "settings", "step s", "gen s", "update s", "sync s",
+                         "gen tok/s/GPU", "vs raw vLLM", "trained tok/s/GPU", "update MFU", "peak GiB per GPU")
     for r in results:
         stages = r["stages_s"]
-        lines.append(
-            f"| {r['recipe']} | {r['gpus']} | {r['controller']} | {r.get('settings', 'scaled')} | "
-            f"{_fmt(r['median_step_s'])} | "
-            f"{_fmt(stages.get('gen'))} | {_fmt(stages.get('update_actor'))} | {_fmt(stages.get('sync_weights'))} | "
-            f"{_fmt(r['generated_tokens_per_s_per_gpu'], '.0f')} | {_fmt(r.get('gen_vs_raw_vllm'), '.0%')} | "
-            f"{_fmt(r['trained_tokens_per_s_per_gpu'], '.0f')} | {_fmt(r['update_mfu'], '.1%')} | "
-            f"{' / '.join(_fmt(p) for p in r['peak_memory_gib'])} of {_fmt(max(r['memory_total_gib'], default=None))} |")
+        memory = (f"{' / '.join(number_cell(p) for p in r['peak_memory_gib'])} of "
+                  f"{number_cell(max(r['memory_total_gib'], default=None))}")
+        lines.append(table_row([
+            r["recipe"], str(r["gpus"]), r["controller"], r.get("settings", "scaled"), number_cell(r["median_step_s"]),
+            number_cell(stages.get("gen")), number_cell(stages.get("update_actor")),
+            number_cell(stages.get("sync_weights")), number_cell(r["generated_tokens_per_s_per_gpu"], ".0f"),
+            number_cell(r.get("gen_vs_raw_vllm"), ".0%"), number_cell(r["trained_tokens_per_s_per_gpu"], ".0f"),
+            number_cell(r["update_mfu"], ".1%"), memory]))
     return lines
 
 
 def plot(results: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{r['recipe']} {r['gpus']}gpu {r['controller']}" for r in results]
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(results) + 1.8))
-    left = [0.0] * len(results)
-    for stage in STAGE_ORDER:
-        widths = [r["stages_s"].get(stage, 0.0) for r in results]
-        if any(widths):
-            ax.barh(labels, widths, left=left, label=stage)
-            left = [a + b for a, b in zip(left, widths)]
+    fig, ax = pyplot().subplots(figsize=(9, 0.6 * len(results) + 1.8))
+    stacked_barh(ax, [(f"{r['recipe']} {r['gpus']}gpu {r['controller']}", r["stages_s"]) for r in results],
+                 tuple(stage for stage in STAGE_ORDER if any(r["stages_s"].get(stage) for r in results)))
     ax.set_xlabel("seconds per step (median after step 1)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # beside the bars, never over them
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    save_plot(fig, out)
 
 
 def scaling(results: list[dict]) -> list[str]:
@@ -65,7 +53,7 @@ def scaling(results: list[dict]) -> list[str]:
     if not pairs:
         return []
     lines = ["", f"Scaling from 2 to 8 GPUs: tokens/s per GPU at 8 ÷ at 2 (target ≥ {SCALING_TARGET:.0%}).", "",
-             "| recipe | controller | generated tok/s/GPU | trained tok/s/GPU |", "|---|---|---|---|"]
+             *table_header("recipe", "controller", "generated tok/s/GPU", "trained tok/s/GPU")]
     for recipe, controller in pairs:
         two, eight = runs[recipe, controller, 2], runs[recipe, controller, 8]
         cells = [_ratio(eight[key], two[key]) for key in ("generated_tokens_per_s_per_gpu", "trained_tokens_per_s_per_gpu")]
@@ -91,9 +79,10 @@ def plan_section(plans: list[dict]) -> list[str]:
              "share (`gpu_memory_utilization` of the GPU: its bf16 weights, then the KV cache). GB = 10⁹ bytes; "
              "GPUs as named: H100 80 GB, H200 141 GB. Not counted: CUDA's context, NCCL buffers, fragmentation. "
              "Arithmetic, not a measurement: the measured peaks above are what count.", "",
-             "| recipe | GPUs | controller | settings | prompts × n | sequences per GPU per mini-batch | micro-batch | "
-             "fp32 weights | grads | AdamW | reference | gathered | activations | training peak | engine share "
-             "(80 / 141) | generation peak (80 / 141) | peak of 80 GB | peak of 141 GB |", "|" + "---|" * 18]
+             *table_header("recipe", "GPUs", "controller", "settings", "prompts × n",
+                           "sequences per GPU per mini-batch", "micro-batch", "fp32 weights", "grads", "AdamW", "reference",
+                           "gathered", "activations", "training peak", "engine share (80 / 141)",
+                           "generation peak (80 / 141)", "peak of 80 GB", "peak of 141 GB")]
     return lines + [plan_row(p) for p in plans] + ["", "What the arithmetic says (the same under both controllers):",
                                                     ""] + plan_findings(plans)
 
@@ -102,17 +91,18 @@ def plan_row(p: dict) -> str:
     batch, memory = p["plan"]["batch"], p["memory_per_gpu"]
     first = memory[DEVICES[0]]  # the sharded state, gathered copies and activations do not depend on the GPU
     state = first["state_gb"]
-    return (f"| {p['recipe']} | {p['gpus']} | {p['controller']} | {p['settings']} | {batch['prompts_per_step']} × "
-            f"{p['plan']['rollout']['n']} | {batch['sequences_per_mini_batch_per_device']} | "
-            f"{batch['micro_batch_size']} × {batch['grad_accumulation_steps']} | {_fmt(state['weights'])} | "
-            f"{_fmt(state['grads'])} | {_fmt(state['optimizer'])} | {_fmt(state['reference'])} | "
-            f"{_fmt(sum(first['gathered_gb'].values()))} | {_fmt(sum(first['activations_gb'].values()))} | "
-            f"{_fmt(first['training_peak_gb'])} | {_per_device(memory, 'rollout_gb', 'share')} | "
-            f"{_per_device(memory, 'generation_peak_gb')} | " + " | ".join(_verdict(memory[d]) for d in DEVICES) + " |")
+    return table_row([
+        p["recipe"], str(p["gpus"]), p["controller"], p["settings"],
+        f"{batch['prompts_per_step']} × {p['plan']['rollout']['n']}", str(batch["sequences_per_mini_batch_per_device"]),
+        f"{batch['micro_batch_size']} × {batch['grad_accumulation_steps']}",
+        *(number_cell(state[part]) for part in ("weights", "grads", "optimizer", "reference")),
+        number_cell(sum(first["gathered_gb"].values())), number_cell(sum(first["activations_gb"].values())),
+        number_cell(first["training_peak_gb"]), _per_device(memory, "rollout_gb", "share"),
+        _per_device(memory, "generation_peak_gb"), *(_verdict(memory[d]) for d in DEVICES)])
 
 
 def _per_device(memory: dict, key: str, part: str | None = None) -> str:
-    return " / ".join(_fmt(memory[d][key][part] if part else memory[d][key]) for d in DEVICES)
+    return " / ".join(number_cell(memory[d][key][part] if part else memory[d][key]) for d in DEVICES)
 
 
 def _verdict(memory: dict) -> str:
@@ -140,17 +130,16 @@ def verl_section(published: dict, results: list[dict]) -> list[str]:
 
 def verl_entry(entry: dict, ours: list[dict]) -> list[str]:
     steps = [s for s in entry["published"]["steps"] if s["step"] >= 2]
-    medians = [_fmt(statistics.median(s[key] for s in steps), spec) for key, spec in (
+    medians = [number_cell(statistics.median(s[key] for s in steps), spec) for key, spec in (
         ("timing_s/step", ".1f"), ("timing_s/gen", ".1f"), ("timing_s/update_actor", ".1f"), ("perf/throughput", ".0f"))]
     lines = [f"**[{entry['title']}]({entry['source_url']})**, {entry['date']}. Model: {entry['model']}. "
              f"Hardware: {entry['hardware']}. "
              + " ".join(f"{key.capitalize()}: {value}." for key, value in entry["settings"].items()), "",
-             "| run | GPUs | step s | gen s | update s | tokens/s per GPU (prompt + response) |",
-             "|---|---|---|---|---|---|",
+             *table_header("run", "GPUs", "step s", "gen s", "update s", "tokens/s per GPU (prompt + response)"),
              f"| verl, published (steps {', '.join(str(s['step']) for s in steps)}) | 8 | {' | '.join(medians)} |"]
-    lines += [f"| ours, {r['recipe']} {r['controller']} | 8 | {_fmt(r['median_step_s'])} | "
-              f"{_fmt(r['stages_s'].get('gen'))} | {_fmt(r['stages_s'].get('update_actor'))} | "
-              f"{_fmt(r['trained_tokens_per_s_per_gpu'], '.0f')} |" for r in ours]
+    lines += [f"| ours, {r['recipe']} {r['controller']} | 8 | {number_cell(r['median_step_s'])} | "
+              f"{number_cell(r['stages_s'].get('gen'))} | {number_cell(r['stages_s'].get('update_actor'))} | "
+              f"{number_cell(r['trained_tokens_per_s_per_gpu'], '.0f')} |" for r in ours]
     if not ours:
         lines.append(f"| ours, recipes/{entry['compare_with_recipe']}/run_qwen3_8b.sh | 8 | not run yet | | | |")
     return lines + ["", f"How the settings differ: {entry['differences']}", ""]
@@ -158,10 +147,9 @@ def verl_entry(entry: dict, ours: list[dict]) -> list[str]:
 
 def build_readme(folder: Path, published_path: Path = PUBLISHED) -> str:
     """The README's text; draws scale.png beside it when there are measured results."""
-    results = sorted((json.loads(p.read_text()) for p in folder.glob("*_*gpu_*.json") if not p.name.startswith("plan_")),
+    results = sorted(load_results(p for p in folder.glob("*_*gpu_*.json") if not p.name.startswith("plan_")),
                      key=lambda r: (r["recipe"], r["gpus"], r["controller"]))
-    plans = sorted((json.loads(p.read_text()) for p in folder.glob("plan_*.json")),
-                   key=lambda p: (p["recipe"], p["gpus"], p["controller"]))
+    plans = sorted(load_results(folder.glob("plan_*.json")), key=lambda p: (p["recipe"], p["gpus"], p["controller"]))
     lines = ["# Qwen3-8B at scale: each recipe's run_qwen3_8b.sh, a few steps", "",
              "Generated by `python bench/scale_report.py` from the json files beside it, which "
              "`bash bench/scale_suite.sh` wrote (setup: `pip install -e . -r bench/requirements-gpu.txt`). "
