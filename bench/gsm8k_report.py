@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bench.leaderboard_suites import SUITES
+from bench.results_page import table_header
 from core.tracking.console import format_duration
 from core.tracking.leaderboard import write_leaderboard
 from core.tracking.mlflow_tracker import package_versions
@@ -259,8 +260,8 @@ def render_readme(invocations: list[dict], counted_ids: set[str], suite=None) ->
               "`runs.json`; a crashed run never is, nor one a later run of its recipe and seed replaced (a rerun, or "
               "one that trained more steps). `timings only`: an invocation kept for its timings (another budget, or "
               "settings that change the speed), none of whose runs count.", "",
-              "| started | command | devices | jobs per GPU | wall time | jobs | runs in the table |",
-              "|---|---|---|---:|---:|---|---|"]
+              *table_header("started", "command", "devices", "jobs per GPU", "wall time", "jobs", "runs in the table",
+                            right_aligned=("jobs per GPU", "wall time"))]
     for record in invocations:
         devices = ", ".join(f"{name} ({gpu})" for gpu, name in sorted(record["devices"].items())) or "CPU"
         counts: dict[str, int] = {}
@@ -276,8 +277,8 @@ def render_readme(invocations: list[dict], counted_ids: set[str], suite=None) ->
               "the GPU, mean (in brackets: median after the first step, which also pays one-time compilation). "
               "A crashed job is not counted; `skipped` was done by an earlier invocation; `replaced`: a later run of "
               "its recipe and seed counts instead.", "",
-              "| job | started | GPU | status | setup | training | steps | s/step | evaluation | training run |",
-              "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+              *table_header("job", "started", "GPU", "status", "setup", "training", "steps", "s/step", "evaluation",
+                            "training run", right_aligned=("setup", "training", "steps", "s/step", "evaluation"))]
     for record in invocations:
         for job in record["jobs"]:
             if job["status"] == "skipped":
