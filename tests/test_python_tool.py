@@ -9,6 +9,7 @@ import pytest
 
 from core.rollout.multi_turn import python_tool
 from core.rollout.multi_turn.python_tool import PythonLimits, PythonRunner, python
+from core.rollout.multi_turn.tools import call_tool
 
 FAST = PythonLimits(timeout_s=1.5, cpu_s=5)
 
@@ -180,9 +181,10 @@ def test_the_tool_function_has_a_json_schema():
     assert schema["parameters"]["required"] == ["code"]
 
 
-def test_the_tool_function_returns_tracebacks_and_timeout_text(monkeypatch):
+def test_the_tool_function_returns_tracebacks_and_raises_a_counted_timeout(monkeypatch):
     monkeypatch.setattr(python_tool, "_default_runner", PythonRunner(PythonLimits(timeout_s=1)))
     assert python("print(6 * 7)") == "42\n"
     assert "ZeroDivisionError" in python("1 / 0")
-    assert python("import time; time.sleep(5)").endswith("[timed out after 1 s (the process was killed)]")
     assert python("x = 1") == "(no output: print the values you need)"
+    observation, status = call_tool({"python": python}, "python", {"code": "import time; time.sleep(5)"})
+    assert status == "timeout" and observation.endswith("[timed out after 1 s (the process was killed)]")

@@ -30,6 +30,7 @@ from core.models.loading import VALUE_HEAD_INITS
 from core.models.lora import LoraSpec, check_targets
 from core.models.random_init import MODEL_INITS
 from core.reward.build import GSM8K_METHODS, MANAGERS
+from core.rollout.multi_turn.settings import check_multi_turn
 from core.tracking.tracker import backend_names
 from core.trainer.schedule import SCHEDULES
 
@@ -67,6 +68,7 @@ KINDS_BEYOND_DEFAULT = {
     "actor.lora.rank": ("int", "null"),  # null = off
     "actor.lora.target_modules": ("str", "list"),  # all-linear or module names
     "trainer.stream_groups": ("int", "null"),  # null = whole batches
+    "rollout.multi_turn.env": ("str", "null"),  # null = function tools
 }
 RANGES = {  # key -> the valid range, as the error states it
     **dict.fromkeys([
@@ -121,6 +123,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_rollout_log_probs(resolved)
     check_placement(resolved)
     check_profile_steps(resolved)
+    check_multi_turn(resolved)
     return resolved
 
 

@@ -136,6 +136,7 @@ class PromptDataset:
     those prompts; "left"/"right" cut token ids from that side ("left" keeps the end of the
     prompt, where the chat template puts the generation prompt).
     `config_prefix` only names config keys in error messages (e.g. "data" -> data.prompt_key).
+    `template_kwargs` go to the chat template (a multi-turn run's `tools`).
     """
 
     def __init__(
@@ -148,6 +149,7 @@ class PromptDataset:
         prompt_key: str = "prompt",
         ground_truth_key: str = "reward_model.ground_truth",
         config_prefix: str = "data",
+        template_kwargs: dict | None = None,
     ):
         if truncation not in TRUNCATION_MODES:
             raise ValueError(f"{config_prefix}.truncation={truncation!r}; use one of {list(TRUNCATION_MODES)}")
@@ -157,6 +159,7 @@ class PromptDataset:
         self.prompt_key = prompt_key
         self.ground_truth_key = ground_truth_key
         self.config_prefix = config_prefix
+        self.template_kwargs = dict(template_kwargs or {})
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         self.items: list[PromptItem] = []
         self.num_filtered = 0
@@ -214,7 +217,8 @@ class PromptDataset:
                             "one: use a chat (instruct) model or set tokenizer.chat_template")
         # Template to text, then tokenize ourselves: the text already holds the special tokens, and
         # apply_chat_template(tokenize=True) changed its return type across transformers versions.
-        texts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
+        texts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False, **self.template_kwargs)
+                 for m in messages]
         return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def _fit_length(self, prompt_ids: list[list[int]], path: Path) -> list[int]:

@@ -28,8 +28,8 @@ logger = logging.getLogger(__name__)
 # A `CustomFunction` is called with verl's signature instead (data_source and extra_info too).
 Scorer = Callable[[str, Any], "float | dict"]
 
-# "arithmetic" is the embedded synthetic task: its answers use `#### N`.
-GSM8K_SOURCES = ("gsm8k", "openai/gsm8k", "arithmetic")
+# "arithmetic" and "calculator" are the embedded synthetic tasks: their answers use `#### N`.
+GSM8K_SOURCES = ("gsm8k", "openai/gsm8k", "arithmetic", "calculator")
 MATH_SOURCES = ("HuggingFaceH4/MATH-500", "math500", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
                 "aime24", "aime25", "amc23")
 # data_source -> scorer.
@@ -66,7 +66,15 @@ class RewardManager:
         ground_truths = list(_non_tensor(batch, "ground_truth"))
         extra_infos = batch.non_tensors.get("extra_info")  # optional: only custom functions read it
         extra_infos = list(extra_infos) if extra_infos is not None else None
-        results = self.score_texts(texts, data_sources, ground_truths, extra_infos)
+        # A multi-turn environment's own reward(), where it has one, scores its episode; the scorer the rest.
+        env_rewards = batch.non_tensors.get("env_reward")
+        env_rewards = [None] * len(texts) if env_rewards is None else list(env_rewards)
+        rows = [i for i, env in enumerate(env_rewards) if env is None]
+        scored = iter(self.score_texts([texts[i] for i in rows], [data_sources[i] for i in rows],
+                                       [ground_truths[i] for i in rows],
+                                       [extra_infos[i] for i in rows] if extra_infos is not None else None)
+                      if rows else [])
+        results = [next(scored) if env is None else env_result(env) for env in env_rewards]
         scores = [r["score"] for r in results]
         token_level_scores = place_on_last_token(torch.tensor(scores, dtype=torch.float32), response_mask)
         info = {"score": scores, "acc": [r["acc"] for r in results], "error": [r["error"] for r in results]}
@@ -142,6 +150,11 @@ class RewardManager:
                 f"{tuple(response_mask.shape)} must both be (B, T_resp)"
             )
         return responses, response_mask
+
+
+def env_result(env_reward: float) -> dict:
+    """An environment's score as a scorer's result: acc is whether it is the full score."""
+    return {"score": float(env_reward), "acc": float(env_reward >= FULL_SCORE), "error": None}
 
 
 def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,13 @@ class SamplingParams:
         return self.temperature == 0
 
 
+@dataclass
+class Completion:
+    """One sampled continuation of a token prompt: the engine's ids verbatim and each one's log-prob."""
+    token_ids: list[int]
+    log_probs: list[float]
+
+
 class RolloutBackend(ABC):
     """Turns a prompt batch into n responses per prompt with their rollout log-probs.
 
@@ -46,6 +53,13 @@ class RolloutBackend(ABC):
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Receive the trained policy's full state dict (weight sync after an update)."""
 
+    def generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, max_new_tokens: list[int],
+                     stop: tuple[str, ...] = ()) -> list[Completion]:
+        """Token in, token out, one sample per prompt (`params.n` is ignored): the multi-turn loop's engine call.
+        `max_new_tokens`: each prompt's own budget; `stop`: strings that end a sample, kept in its ids."""
+        raise NotImplementedError(f"{type(self).__name__} has no token-in/token-out generate: it cannot run "
+                                  "rollout.multi_turn")
+
     def sleep(self) -> None:
         """Free rollout memory while training runs (meaningful for vLLM/SGLang)."""
 
@@ -58,6 +72,13 @@ def extra_engine_kwargs(rollout_cfg) -> dict:
     applied after the backend's own, so a setting the backend chose can be changed without editing it."""
     extra = rollout_cfg.get("engine_kwargs") or {}
     return dict(OmegaConf.to_container(extra) if OmegaConf.is_config(extra) else extra)
+
+
+def uses_stop_strings(rollout_cfg) -> bool:
+    """Whether the rollout ends samples on stop strings (multi-turn tag actions), which the engines match on text:
+    vLLM and SGLang then need their own detokenizer."""
+    multi_turn = rollout_cfg.get("multi_turn") or {}
+    return bool(multi_turn.get("enable")) and multi_turn.get("format") == "tags"
 
 
 @contextmanager
@@ -101,12 +122,14 @@ def stop_token_ids(tokenizer, model_path: str) -> frozenset[int]:
 
 
 def assemble_rollout(prompts: Batch, responses: torch.Tensor, rollout_log_probs: torch.Tensor,
-                     response_mask: torch.Tensor, n: int) -> Batch:
-    """Join repeated prompts and generated responses (with the mask of their real tokens) into the batch the
-    trainer consumes."""
+                     response_mask: torch.Tensor, n: int, response_attention: torch.Tensor | None = None) -> Batch:
+    """Join repeated prompts and generated responses (with the mask of their sampled tokens) into the batch the
+    trainer consumes. `response_attention`: the response's real tokens where they are more than the sampled ones
+    (a multi-turn response holds tool observations, attended to but never trained on); default `response_mask`."""
     repeated = prompts.repeat(n, interleave=True)
     prompt_ids, prompt_mask = repeated["input_ids"], repeated["attention_mask"]
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    response_attention = response_mask if response_attention is None else response_attention
+    attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     tensors = {
         "prompts": prompt_ids,
@@ -123,13 +146,14 @@ def assemble_rollout(prompts: Batch, responses: torch.Tensor, rollout_log_probs:
 
 @one_torch_thread()
 def rollout_from_token_lists(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[float]],
-                             pad_token_id: int, n: int) -> Batch:
+                             pad_token_id: int, n: int, sampled_masks: list[list[int]] | None = None) -> Batch:
     """The rollout batch of responses given as token lists (one per sample, in the order of `prompts`
     repeated n times, interleaved) with each token's log-prob: right-padded, then `assemble_rollout`.
 
     Each response is exactly the tokens the engine returned, its stop token included: the mask comes from the
     lengths, not from an EOS id, since an engine also stops on the model's own end-of-turn tokens
-    (generation_config.json), which need not be the tokenizer's EOS."""
+    (generation_config.json), which need not be the tokenizer's EOS. `sampled_masks`: 1 on the tokens the engine
+    sampled, 0 on those a multi-turn rollout inserted (tool observations); default all sampled."""
     width = max(1, max(len(ids) for ids in token_ids))
     lengths = torch.tensor([len(ids) for ids in token_ids])
     response_mask = (torch.arange(width) < lengths[:, None]).long()  # (B, T_resp)
@@ -141,7 +165,12 @@ def rollout_from_token_lists(prompts: Batch, token_ids: list[list[int]], log_pro
                              "log-probs; expected one log-prob per generated token")
         responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         padded_log_probs[row, : len(row_log_probs)] = torch.tensor(row_log_probs, dtype=torch.float32)
-    return assemble_rollout(prompts, responses, padded_log_probs, response_mask, n)
+    if sampled_masks is None:
+        return assemble_rollout(prompts, responses, padded_log_probs, response_mask, n)
+    sampled = torch.zeros_like(response_mask)  # (B, T_resp)
+    for row, mask in enumerate(sampled_masks):
+        sampled[row, : len(mask)] = torch.tensor(mask, dtype=torch.long)
+    return assemble_rollout(prompts, responses, padded_log_probs, sampled, n, response_attention=response_mask)
 
 
 def concat_rollouts(batches: list[Batch], pad_token_id: int) -> Batch:

@@ -7,12 +7,20 @@ dict after every update: the same weight-sync contract the vLLM and SGLang backe
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
 
 import torch
 from transformers import GenerationConfig
 
 from core.data.batch import Batch
-from core.rollout.base import RolloutBackend, SamplingParams, assemble_rollout, response_mask_from_ids
+from core.data.dataset import left_padded
+from core.rollout.base import (
+    Completion,
+    RolloutBackend,
+    SamplingParams,
+    assemble_rollout,
+    response_mask_from_ids,
+)
 
 
 class HFRollout(RolloutBackend):
@@ -45,13 +53,44 @@ class HFRollout(RolloutBackend):
         return assemble_rollout(prompts, responses, log_probs,
                                 response_mask_from_ids(responses, self.stop_ids), params.n)
 
+    def generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, max_new_tokens: list[int],
+                     stop: tuple[str, ...] = ()) -> list[Completion]:
+        """One padded `generate` up to the largest budget; each row is then cut at its first stop token, its
+        first stop string (the token that completes it kept) or its own budget, whichever comes first."""
+        input_ids, attention_mask = left_padded(prompt_ids, self.tokenizer.pad_token_id)
+        prompts = Batch({"input_ids": input_ids, "attention_mask": attention_mask})
+        longest = replace(params, n=1, max_new_tokens=max(max_new_tokens))
+        size = self.micro_batch_size or len(prompt_ids)
+        cuda_devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda_devices, enabled=params.seed is not None):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            chunks = [self._generate_chunk(chunk, longest, stop) for chunk in prompts.split(size)]
+        rows = [row for responses, log_probs in chunks for row in zip(responses.tolist(), log_probs.tolist())]
+        completions = []
+        for (ids, log_probs), budget in zip(rows, max_new_tokens, strict=True):
+            end = self._row_end(ids[:budget], stop)
+            completions.append(Completion(ids[:end], log_probs[:end] if params.log_probs else []))
+        return completions
+
+    def _row_end(self, ids: list[int], stop: tuple[str, ...]) -> int:
+        stop_ids = set(self.stop_ids)
+        for position, token in enumerate(ids):
+            if token in stop_ids:
+                return position + 1
+            if stop and any(text in self.tokenizer.decode(ids[: position + 1]) for text in stop):
+                return position + 1
+        return len(ids)
+
     @torch.no_grad()
-    def _generate_chunk(self, chunk: Batch, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    def _generate_chunk(self, chunk: Batch, params: SamplingParams,
+                        stop: tuple[str, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
         input_ids = chunk["input_ids"].to(self.device)
         out = self.model.generate(
             input_ids=input_ids,
             attention_mask=chunk["attention_mask"].to(self.device),
-            generation_config=self._generation_config(params),
+            generation_config=self._generation_config(params, stop),
+            tokenizer=self.tokenizer if stop else None,  # stop strings are matched on the decoded text
         )
         responses = out.sequences[:, input_ids.shape[1]:]  # (B, T_resp)
         scale = 1.0 if params.greedy else params.temperature
@@ -62,7 +101,7 @@ class HFRollout(RolloutBackend):
         ], dim=1)
         return responses.cpu(), log_probs.cpu()
 
-    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
+    def _generation_config(self, params: SamplingParams, stop: tuple[str, ...] = ()) -> GenerationConfig:
         sampling = {} if params.greedy else dict(
             temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
         )
@@ -73,6 +112,7 @@ class HFRollout(RolloutBackend):
             pad_token_id=self.tokenizer.pad_token_id,
             output_logits=True,
             return_dict_in_generate=True,
+            stop_strings=list(stop) or None,
             **sampling,
         )
 

@@ -29,11 +29,13 @@ import torch
 from core.config import ConfigError
 from core.data.batch import Batch
 from core.rollout.base import (
+    Completion,
     RolloutBackend,
     SamplingParams,
     extra_engine_kwargs,
     rollout_from_token_lists,
     unpadded_prompt_ids,
+    uses_stop_strings,
 )
 from core.rollout.placement import EnginePlacement
 
@@ -150,7 +152,9 @@ def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, d
     can_sleep = bool(rollout_cfg.free_cache_engine)
     kwargs = dict(
         model_path=model_path, dtype=dtype, model_impl="sglang",
-        skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the trainer
+        # Prompts arrive as token ids and responses are decoded by the trainer; only stop strings
+        # (multi-turn tag actions) need the engine's own detokenizer.
+        skip_tokenizer_init=not uses_stop_strings(rollout_cfg),
         mem_fraction_static=rollout_cfg.gpu_memory_utilization, context_length=max_model_len,
         enable_memory_saver=can_sleep, enable_weights_cpu_backup=can_sleep,
         disable_cuda_graph=bool(rollout_cfg.enforce_eager),
@@ -204,6 +208,19 @@ class SGLangRollout(RolloutBackend):
         log_probs = [[entry[0] for entry in out["meta_info"]["output_token_logprobs"]] if params.log_probs else []
                      for out in outputs]
         return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id, params.n)
+
+    def generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, max_new_tokens: list[int],
+                     stop: tuple[str, ...] = ()) -> list[Completion]:
+        self.wake_up()
+        # no_stop_trim: a stop string stays in the sample, as the policy chose its tokens.
+        stop_kwargs = {"stop": list(stop), "no_stop_trim": True} if stop else {}
+        per_request = [{**sampling_dict(params, self.tokenizer), "max_new_tokens": budget, **stop_kwargs}
+                       for budget in max_new_tokens]
+        outputs = self.engine.generate(input_ids=prompt_ids, sampling_params=per_request,
+                                       return_logprob=params.log_probs)
+        return [Completion(list(out["output_ids"]),
+                           [entry[0] for entry in out["meta_info"]["output_token_logprobs"]] if params.log_probs else [])
+                for out in outputs]
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
         """Hand the trained weights (HF names) to the engine: a state dict, or (name, tensor) pairs. They go

@@ -21,11 +21,13 @@ import torch
 
 from core.data.batch import Batch
 from core.rollout.base import (
+    Completion,
     RolloutBackend,
     SamplingParams,
     extra_engine_kwargs,
     rollout_from_token_lists,
     unpadded_prompt_ids,
+    uses_stop_strings,
 )
 from core.rollout.placement import EnginePlacement
 
@@ -55,7 +57,9 @@ def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, d
     """The `vllm.LLM` arguments this rank builds its engine with (pure: the CPU tests pin them)."""
     kwargs = dict(
         model=model_path,
-        skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the trainer
+        # Prompts arrive as token ids and responses are decoded by the trainer; only stop strings
+        # (multi-turn tag actions) need the engine's own detokenizer.
+        skip_tokenizer_init=not uses_stop_strings(rollout_cfg),
         dtype=dtype,
         seed=seed + placement.engine_index,  # engines sample apart; the ranks of one engine must agree
         tensor_parallel_size=placement.tensor_parallel_size,
@@ -132,13 +136,27 @@ class VLLMRollout(RolloutBackend):
         log_probs = [sampled_log_probs(completion.logprobs) if params.log_probs else [] for completion in sequences]
         return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id, params.n)
 
-    def _vllm_params(self, params: SamplingParams):
+    def generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, max_new_tokens: list[int],
+                     stop: tuple[str, ...] = ()) -> list[Completion]:
+        self.wake_up()
+        seeds = request_seeds(params.seed, len(prompt_ids))
+        per_request = [self._vllm_params(replace(params, n=1, max_new_tokens=budget, seed=seed), stop)
+                       for budget, seed in zip(max_new_tokens, seeds, strict=True)]
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], per_request, use_tqdm=False,
+                                    lora_request=self.lora_request)
+        samples = [request.outputs[0] for request in outputs]
+        return [Completion(list(sample.token_ids), sampled_log_probs(sample.logprobs) if params.log_probs else [])
+                for sample in samples]
+
+    def _vllm_params(self, params: SamplingParams, stop: tuple[str, ...] = ()):
         sampling = {"temperature": 0.0} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p}
         if not params.greedy and params.top_k > 0:  # else vLLM's default: no top-k at all
             sampling["top_k"] = params.top_k
+        # A stop string stays in the sample: it is a token the policy chose, and the loss trains on it.
+        stop_kwargs = {"stop": list(stop), "include_stop_str_in_output": True} if stop else {}
         return self._sampling_params_cls(n=params.n, max_tokens=params.max_new_tokens, seed=params.seed,
                                          logprobs=0 if params.log_probs else None, flat_logprobs=True,
-                                         stop_token_ids=[self.tokenizer.eos_token_id], **sampling)
+                                         stop_token_ids=[self.tokenizer.eos_token_id], **stop_kwargs, **sampling)
 
     # ---- weights and memory -------------------------------------------------------------------
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:

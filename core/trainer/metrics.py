@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from core.data.batch import Batch
+from core.rollout.multi_turn.loop import STOP_REASONS
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
@@ -28,6 +29,28 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     }
     if "acc" in batch.non_tensors:
         metrics["critic/acc/mean"] = float(batch["acc"].astype(float).mean())
+    return metrics | multi_turn_metrics(batch.non_tensors)
+
+
+def multi_turn_metrics(episodes: dict) -> dict[str, float]:
+    """A multi-turn rollout's episodes (their `multi_turn_*` and `tool_*` columns): turns, tool calls, errors and
+    timeouts per episode, the share of episodes that called a tool, and the share that ended for each reason."""
+    if "multi_turn_turns" not in episodes:
+        return {}
+    turns = np.asarray(episodes["multi_turn_turns"], dtype=float)
+    calls = np.asarray(episodes["tool_calls"], dtype=float)
+    metrics = {
+        "multi_turn/num_turns/mean": float(turns.mean()),
+        "multi_turn/num_turns/max": float(turns.max()),
+        "tool/calls": float(calls.mean()),
+        "tool/call_rate": float((calls > 0).mean()),
+        "tool/errors": float(np.asarray(episodes["tool_errors"], dtype=float).mean()),
+        "tool/timeouts": float(np.asarray(episodes["tool_timeouts"], dtype=float).mean()),
+    }
+    reasons = list(episodes["multi_turn_stop_reason"])
+    metrics |= {f"multi_turn/stop_reason/{reason}": reasons.count(reason) / len(reasons) for reason in STOP_REASONS}
+    if "template_mismatch" in episodes:
+        metrics["multi_turn/template_mismatch"] = float(np.asarray(episodes["template_mismatch"], dtype=float).mean())
     return metrics
 
 

@@ -22,6 +22,8 @@ from core.data.sources import resolve_data_files
 from core.engine.distributed import World, init_distributed, with_tensor_parallel
 from core.models.loading import load_tokenizer, resolve_model_path
 from core.models.warmstart import default_cache_dir
+from core.rollout.multi_turn.settings import checked_template
+from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
 from core.tracking.tracker import Tracking, build_tracking
 from core.trainer.memory_estimate import check_run_fits
 from core.trainer.resume import check_data_position, plan_resume
@@ -76,7 +78,10 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     model_path = resolve_model_path(config.model.path)
     check_run_fits(config, model_path, dp_size * tp, with_reference=with_reference, with_critic=with_critic)
     tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
-    train_set, val_set = build_datasets(config.data, tokenizer)
+    template_kwargs = {}
+    if multi_turn_enabled(config.rollout):  # a template that rewrites past turns is refused before any engine starts
+        template_kwargs = checked_template(config.rollout, tokenizer).template_kwargs
+    train_set, val_set = build_datasets(config.data, tokenizer, template_kwargs)
     loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,
                           shuffle=config.data.shuffle, rank=world.dp_rank, world_size=world.dp_size)
     if resume is not None:
@@ -93,9 +98,11 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
                       resume.path if resume else None)
 
 
-def build_datasets(data, tokenizer) -> tuple[PromptDataset, PromptDataset]:
+def build_datasets(data, tokenizer, template_kwargs: dict | None = None) -> tuple[PromptDataset, PromptDataset]:
+    """`template_kwargs`: more arguments for the chat template (a multi-turn run's tool schemas)."""
     common = dict(max_prompt_length=data.max_prompt_length, truncation=data.truncation,
-                  prompt_key=data.prompt_key, ground_truth_key=data.ground_truth_key)
+                  prompt_key=data.prompt_key, ground_truth_key=data.ground_truth_key,
+                  template_kwargs=template_kwargs)
     train = PromptDataset(data_files(data, "train"), tokenizer, **common)
     val = PromptDataset(data_files(data, "val"), tokenizer, **common)
     if data.val_max_samples:

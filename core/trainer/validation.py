@@ -11,6 +11,10 @@ from core.data.dataset import collate_prompts
 from core.engine.distributed import World, all_gather_object
 from core.eval.summary import PromptResult, summarize
 from core.rollout.base import SamplingParams
+from core.trainer.metrics import multi_turn_metrics
+
+EPISODE_COLUMNS = {"multi_turn_turns", "multi_turn_stop_reason", "tool_calls", "tool_errors", "tool_timeouts",
+                   "template_mismatch"}
 
 
 def validate(generate, reward_manager, dataset, params: SamplingParams, world: World,
@@ -19,15 +23,20 @@ def validate(generate, reward_manager, dataset, params: SamplingParams, world: W
     n > 1) and val/acc over all prompts."""
     mine = [dataset[i] for i in range(world.dp_rank, len(dataset), world.dp_size)]
     results: list[PromptResult] = []
+    episodes: dict[str, list] = {}  # a multi-turn rollout's per-episode columns (turns, tool calls, ...)
     for start in range(0, len(mine), batch_size):
         prompts = collate_prompts(mine[start:start + batch_size], dataset.pad_token_id)
         rollout = generate(prompts, params)
         _, info = reward_manager(rollout)
         results += group_by_prompt(list(rollout["data_source"]), info["acc"], info["score"], params.n)
+        for key in EPISODE_COLUMNS & rollout.non_tensors.keys():
+            episodes.setdefault(key, []).extend(rollout.non_tensors[key])
     # One copy per dp group: its tp ranks scored the same prompts.
-    gathered = [result for tp_rank, rank_results in all_gather_object((world.tp_rank, results)) if tp_rank == 0
-                for result in rank_results]
-    return validation_metrics(summarize(gathered))
+    gathered = [part for tp_rank, part in all_gather_object((world.tp_rank, (results, episodes))) if tp_rank == 0]
+    all_results = [result for rank_results, _ in gathered for result in rank_results]
+    all_episodes = {key: [value for _, rank_episodes in gathered for value in rank_episodes[key]] for key in episodes}
+    tool_metrics = {f"val/{key}": value for key, value in multi_turn_metrics(all_episodes).items()}
+    return validation_metrics(summarize(all_results)) | tool_metrics
 
 
 def group_by_prompt(data_sources: list[str], accs: list[float], scores: list[float], n: int) -> list[PromptResult]:

@@ -26,6 +26,8 @@ from core.models.lora import LoraSpec, write_adapter_dir
 from core.models.random_init import build_causal_lm, build_value_model
 from core.rollout.base import RolloutBackend, SamplingParams, stop_token_ids
 from core.rollout.hf import HFRollout
+from core.rollout.multi_turn.settings import build_multi_turn
+from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
 from core.trainer.weight_stream import WeightGroup
 
 
@@ -178,6 +180,14 @@ class CriticWorker:
 
 
 def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutBackend:
+    """The engine of `build_engine`, running tool-using episodes with it under `rollout.multi_turn`."""
+    engine = build_engine(config, model_path, tokenizer, load_hf_model)
+    if not multi_turn_enabled(config.rollout):
+        return engine
+    return build_multi_turn(config, engine, tokenizer, stop_token_ids(tokenizer, model_path))
+
+
+def build_engine(config, model_path: str, tokenizer, load_hf_model) -> RolloutBackend:
     """`rollout.name`: hf (its own HF copy of the policy, from `load_hf_model()`), vllm or sglang."""
     rollout = config.rollout
     if rollout.name == "hf":

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from core.rollout.multi_turn.tools import ToolTimeout
+
 _MB = 1024 * 1024
 
 # Runs as the child's first process: sets the limits, then runs the code in a grandchild. A separate
@@ -207,4 +209,6 @@ def python(code: str) -> str:
         code: Python source; print the values you need.
     """
     result = _default_runner.run(code)
+    if result.timed_out:  # counted in tool/timeouts; the text (what it printed, and why it stopped) is the observation
+        raise ToolTimeout(result.output)
     return result.output if result.output.strip() else "(no output: print the values you need)"

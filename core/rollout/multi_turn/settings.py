@@ -1,0 +1,81 @@
+"""`rollout.multi_turn` from config: its checks before anything starts, and the rollout it builds.
+
+Every refusal is one line naming the key: checked with the rest of the config (`check_multi_turn`, which also
+imports the tools, so a wrong path or a tool without type hints fails before any model loads) and, once the
+tokenizer exists, the chat template (`check_template_keeps_turns`), before any engine starts.
+"""
+
+from __future__ import annotations
+
+from core.config import ConfigError
+from core.rollout.base import RolloutBackend
+from core.rollout.multi_turn.actions import FORMATS
+from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings
+from core.rollout.multi_turn.template import TemplateError, TurnTemplate, check_template_keeps_turns
+from core.rollout.multi_turn.tools import ToolSpec
+
+AT_LEAST_ONE = ("max_turns", "max_tool_response_chars", "max_concurrent_tools")
+
+
+def enabled(rollout_cfg) -> bool:
+    return bool((rollout_cfg.get("multi_turn") or {}).get("enable"))
+
+
+def check_multi_turn(resolved: dict) -> None:
+    rollout, trainer = resolved["rollout"], resolved["trainer"]
+    settings = rollout["multi_turn"]
+    if not settings["enable"]:
+        return
+    if settings["format"] not in FORMATS:
+        raise ConfigError(f"rollout.multi_turn.format={settings['format']!r} is not one of {list(FORMATS)}")
+    for key in AT_LEAST_ONE:
+        value = settings[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"rollout.multi_turn.{key}={value!r} is out of range — expected an integer ≥ 1")
+    if not isinstance(settings["tools"], list):
+        raise ConfigError(f"rollout.multi_turn.tools={settings['tools']!r}: expected a list of file.py:function")
+    if trainer["partial_rollout"]:
+        raise ConfigError("trainer.partial_rollout=true with rollout.multi_turn.enable=true — a partial rollout "
+                          "would resume an episode on newer weights, mixing two policies inside one episode; set "
+                          "trainer.partial_rollout=false")
+    if rollout["tensor_model_parallel_size"] > 1:
+        raise ConfigError("rollout.tensor_model_parallel_size > 1 with rollout.multi_turn.enable=true — the engine "
+                          "ranks of one tensor-parallel group would each run their own episodes; use 1")
+    spec = ToolSpec(settings["tools"], settings["env"])
+    if settings["format"] == "tags":
+        for schema in spec.schemas:
+            params = schema["function"].get("parameters", {}).get("properties", {})
+            if len(params) != 1:
+                raise ConfigError(f"rollout.multi_turn.format=tags: tool {schema['function']['name']} takes "
+                                  f"{len(params)} arguments; a tag action passes one string, so use format=chat")
+
+
+def template_kwargs(rollout_cfg, spec: ToolSpec) -> dict:
+    """What every chat-template render of a multi-turn run gets: the tools' schemas, for the template to show the
+    model (format=chat); a tag-action task describes its tags in the prompt itself."""
+    return {"tools": spec.schemas} if rollout_cfg.multi_turn.format == "chat" else {}
+
+
+def tool_spec(rollout_cfg) -> ToolSpec:
+    return ToolSpec(list(rollout_cfg.multi_turn.tools), rollout_cfg.multi_turn.env)
+
+
+def checked_template(rollout_cfg, tokenizer, stop_ids=()) -> TurnTemplate:
+    template = TurnTemplate(tokenizer, template_kwargs(rollout_cfg, tool_spec(rollout_cfg)), stop_ids)
+    try:
+        check_template_keeps_turns(template, rollout_cfg.multi_turn.tool_role)
+    except TemplateError as error:
+        raise ConfigError(str(error)) from None
+    return template
+
+
+def build_multi_turn(config, engine: RolloutBackend, tokenizer, stop_ids) -> MultiTurnRollout:
+    multi_turn = config.rollout.multi_turn
+    settings = MultiTurnSettings(
+        action_format=multi_turn.format, max_turns=multi_turn.max_turns,
+        max_response_length=config.data.max_response_length,
+        max_tool_response_chars=multi_turn.max_tool_response_chars,
+        max_concurrent_tools=multi_turn.max_concurrent_tools, check_template=multi_turn.check_template,
+        tool_role=multi_turn.tool_role)
+    return MultiTurnRollout(engine, tokenizer, tool_spec(config.rollout), settings,
+                            checked_template(config.rollout, tokenizer, stop_ids))
