@@ -8,7 +8,6 @@ import functools
 import http.server
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,9 +19,9 @@ import yaml
 
 from core.config.reference import BASE_YAML, all_entries, parse_entries, render_reference, uncommented_keys
 from core.tracking import readme_snapshot
+from tests.browser import find_chromium
 
 REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("RECIPEZOO_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 # A marked block: the line `<!-- test: runs on CPU (tests/test_docs.py) -->` right above a ```bash fence.
 RUNNABLE = re.compile(r"^<!-- test: runs on CPU \(tests/test_docs\.py\) -->\n```bash\n(?P<body>.*?)^```", re.M | re.S)
 COMMAND_TIMEOUT_S = 120
@@ -124,11 +123,12 @@ def test_the_readme_test_command_is_what_ci_runs():
 
 @pytest.fixture(scope="module")
 def browser(site):
-    """Headless Chromium, and the built site served on localhost: (browser, the site's base URL)."""
-    if CHROMIUM is None:
-        pytest.skip("no Chromium on this machine (apt-get install chromium, or set RECIPEZOO_CHROMIUM): "
-                    "the rendered-site check is skipped")
+    """Headless Chromium (tests/browser.py finds or fetches one), and the built site served on localhost:
+    (browser, the site's base URL)."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e '.[test]'")
+    executable, why_not = find_chromium()
+    if executable is None:
+        pytest.skip(f"{why_not}: the rendered-site check is skipped")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     # Chromium's background services would reach for hosts outside this machine; each launch has a fresh profile.
@@ -136,7 +136,7 @@ def browser(site):
             "--disable-sync", "--no-first-run"]
     try:
         with sync_api.sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
+            chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=args)
             yield chromium, f"http://127.0.0.1:{server.server_address[1]}/"
             chromium.close()
     finally:
