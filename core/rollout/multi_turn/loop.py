@@ -177,7 +177,8 @@ class MultiTurnRollout(RolloutBackend):
         }
         if self.settings.check_template:
             values["template_mismatch"] = [
-                int(not matches_full_render(self.template, e.messages, e.prompt_ids + e.response_ids))
+                int(not matches_full_render(self.template, e.messages, e.prompt_ids + e.response_ids,
+                                            cut=e.stop_reason == "length"))
                 for e in episodes]
         return {key: np.array(column, dtype=object) for key, column in values.items()}
 

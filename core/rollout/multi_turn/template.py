@@ -62,12 +62,16 @@ class TurnTemplate:
         return self.encode(self.render(messages, add_generation_prompt=not last_is_assistant))
 
 
-def matches_full_render(template: TurnTemplate, messages: list[dict], trajectory_ids: list[int]) -> bool:
-    """True when the trajectory's ids are the full render's, up to the end-of-turn whitespace the render adds
-    after a last assistant turn that the engine never samples (Qwen's "\\n" after <|im_end|>)."""
+def matches_full_render(template: TurnTemplate, messages: list[dict], trajectory_ids: list[int],
+                        cut: bool = False) -> bool:
+    """True when the trajectory's ids begin the full render's, followed by no more than the end of the last turn
+    (Qwen's <|im_end|>\n, which the engine never samples after a stop string or a cut). `cut`: the response
+    budget ended the episode, perhaps inside a tool reply, so only the prefix is compared."""
     full = template.full_render_ids(messages)
+    if full[: len(trajectory_ids)] != trajectory_ids:
+        return False
     rest = template.tokenizer.decode(full[len(trajectory_ids):])
-    return full[: len(trajectory_ids)] == trajectory_ids and not rest.strip()
+    return cut or template.after_turn_text([]).startswith(rest) or not rest.strip()
 
 
 def check_template_keeps_turns(template: TurnTemplate, tool_role: str = "tool") -> None:
