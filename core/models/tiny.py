@@ -25,9 +25,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """Character-level tokenizer: one token per character, three Qwen special tokens."""
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
+def build_tiny_tokenizer(extra_characters: str = "") -> PreTrainedTokenizerFast:
+    """Character-level tokenizer: one token per character, three Qwen special tokens. `extra_characters` come
+    after the rest, so the default model's ids stay as they are (the tool-use model adds "<>" for its tags)."""
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + list(CHARACTERS) + list(extra_characters))}
     # BPE with no merges splits text into single characters; Fuse joins them back without spaces.
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     backend.add_special_tokens(SPECIAL_TOKENS)

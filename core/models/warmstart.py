@@ -52,11 +52,20 @@ def cache_key(config: WarmStartConfig) -> str:
 def warm_started_model_path(config: WarmStartConfig = WarmStartConfig(), cache_dir: Path | None = None) -> Path:
     """Path of the warm-started HF model dir, training and caching it on first use."""
     path = Path(cache_dir or default_cache_dir()) / f"tiny-qwen3-arith-{cache_key(config)}"
+
+    def train():
+        tokenizer = build_tiny_tokenizer()
+        return train_sft(tokenizer, config), tokenizer
+
+    return cached_model_dir(path, config.steps, train)
+
+
+def cached_model_dir(path: Path, steps: int, train) -> Path:
+    """`path`, after `train() -> (model, tokenizer)` has saved there once."""
     if (path / "config.json").exists():
         return path
-    print(f"[warm-start] training the tiny model once ({config.steps} SFT steps); cached at {path}", flush=True)
-    tokenizer = build_tiny_tokenizer()
-    model = train_sft(tokenizer, config)
+    print(f"[warm-start] training the tiny model once ({steps} SFT steps); cached at {path}", flush=True)
+    model, tokenizer = train()
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -88,13 +97,18 @@ def train_sft(tokenizer, config: WarmStartConfig) -> Qwen3ForCausalLM:
     model = Qwen3ForCausalLM(tiny_qwen3_config(tokenizer))
     examples = arithmetic.sft_examples(config.num_examples, seed=config.seed, slip_rate=config.slip_rate)
     ids, loss_mask = sft_tensors(tokenizer, examples)
+    return fit_sft(model, ids, loss_mask, config)
+
+
+def fit_sft(model, ids: torch.Tensor, loss_mask: torch.Tensor, config) -> Qwen3ForCausalLM:
+    """AdamW on random batches of (ids, loss_mask) rows; `config` has steps, batch_size, lr, warmup_steps, seed."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps))
     generator = torch.Generator().manual_seed(config.seed)
     start = time.time()
     model.train()
     for step in range(config.steps):
-        index = torch.randint(0, len(examples), (config.batch_size,), generator=generator)
+        index = torch.randint(0, len(ids), (config.batch_size,), generator=generator)
         loss = sft_loss(model, ids[index], loss_mask[index])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
