@@ -6,12 +6,19 @@ plumbing (a run trains, logs its tool metrics, refuses what it cannot do), not l
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import mlflow
 import pytest
 import torch
 
 from core.cli import main as cli_main
+from core.data.dataset import write_rows
 from core.models.tool_warmstart import TAG_CHARACTERS
+from tests.test_dry_run import gsm8k_rows
 
 CALCULATOR = ["data.train_files=embedded://calculator", "data.val_files=embedded://calculator",
               "rollout.multi_turn.enable=true", "rollout.multi_turn.tools=[core.models.calculator:calc]",
@@ -101,3 +108,18 @@ def test_vllm_turns_stop_on_the_tag_and_match_hf_greedy(tool_model_dir):
     first = free.index(free[position]) + 1  # the stop string's first occurrence ends the turn, and stays in it
     assert [len(c.token_ids) for c in ours] == [first, min(first, 8)]
     assert all(len(c.log_probs) == len(c.token_ids) for c in ours)
+
+
+def test_the_gsm8k_python_tool_run_dry_runs_offline(tmp_path):
+    """recipes/tool_use/run_gpu.sh, checked as a user checks it before launching: config, tools and data, no model."""
+    for split in ("train", "test"):
+        write_rows(gsm8k_rows(), tmp_path / "gsm8k" / f"{split}.parquet")
+    script = Path(__file__).resolve().parents[1] / "recipes" / "tool_use" / "run_gpu.sh"
+    env = dict(os.environ, DATA=str(tmp_path / "gsm8k"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               RECIPEZOO_CACHE=str(tmp_path / "cache"),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    result = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert ("multi-turn episodes: tools ['core.rollout.multi_turn.python_tool:python'], chat actions, ≤ 4 turns"
+            in result.stdout)
+    assert "model        Qwen/Qwen2.5-1.5B-Instruct" in result.stdout

@@ -42,7 +42,8 @@ def make_plan(config) -> dict:
                     "output_dir": resolved["trainer"]["output_dir"], "tracking": list(config.tracking.backends)},
         "model": {"path": config.model.path, "source": model_source(config.model.path)},
         "rollout": {"name": rollout.name, "status": "available" if installed else f"{package} not installed here",
-                    "n": rollout.n, "temperature": rollout.temperature, "top_p": rollout.top_p},
+                    "n": rollout.n, "temperature": rollout.temperature, "top_p": rollout.top_p,
+                    "multi_turn": resolved["rollout"]["multi_turn"] if rollout.multi_turn.enable else None},
         "resources": {"nnodes": trainer.nnodes, "n_gpus_per_node": trainer.n_gpus_per_node, "world_size": world,
                       "device": trainer.device,
                       "pool": {"name": "global_pool", "devices": world},
@@ -280,7 +281,7 @@ def format_plan(plan: dict) -> str:
         f"out={trainer['output_dir']}",
         f"model        {plan['model']['path']}  ({plan['model']['source']})",
         f"rollout      {rollout['name']}: n={rollout['n']} samples/prompt, temperature {rollout['temperature']}, "
-        f"top_p {rollout['top_p']}{backend}",
+        f"top_p {rollout['top_p']}{backend}{_multi_turn_text(rollout['multi_turn'])}",
         f"resources    {nodes} × {devices(res['n_gpus_per_node'])} = {world}, one pool "
         f"({res['pool']['name']}){no_gpu}{own_rollout}",
         f"roles        {placed}",
@@ -322,3 +323,11 @@ def _batch_lines(batch: dict, n: int) -> list[str]:
         f"  micro-batch/device        {batch['micro_batch_size']} sequences, "
         f"{batch['grad_accumulation_steps']} gradient-accumulation steps",
     ]
+
+
+def _multi_turn_text(multi_turn: dict | None) -> str:
+    if not multi_turn:
+        return ""
+    tools = f"env {multi_turn['env']}" if multi_turn["env"] else f"tools {multi_turn['tools']}"
+    return (f"; multi-turn episodes: {tools}, {multi_turn['format']} actions, ≤ {multi_turn['max_turns']} turns, "
+            f"tool replies ≤ {multi_turn['max_tool_response_chars']} characters")
