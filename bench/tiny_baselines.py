@@ -7,6 +7,12 @@ experiment; the leaderboard and its export are then built from it:
     python bench/tiny_baselines.py --seeds 0 1 2 --steps 120 --jobs 2 --uri sqlite:///$PWD/baselines.db
     recipezoo leaderboard --uri sqlite:///$PWD/baselines.db --experiment tiny-baselines
 
+The tool-use variants (recipes/tool_use: the calculator task, multi-turn) are not run by default; they go to
+their own experiment and leaderboard (results/tool_use/README.md), at their recipe's budget:
+
+    python bench/tiny_baselines.py --variants tool_use_grpo tool_use_rloo --steps 40 --test-freq 10 ...
+    recipezoo leaderboard --uri ... --experiment tiny-tool-use --export results/tool_use/runs.json --out results/tool_use
+
 On a machine with many cores, raise --jobs (each run uses --threads torch threads).
 """
 
@@ -38,14 +44,31 @@ VARIANTS = {
     "clip_cov": "entropy_cov",
     "kl_cov": "recipes/entropy_cov/kl_cov.yaml",
 }
+# `run_tiny.sh` and `run_tiny.sh --recipe rloo` of recipes/tool_use: the recipe, then the tool-use keys (a no-op on
+# tool_use's own config).
+TOOL_USE_VARIANTS = {"tool_use_grpo": "tool_use", "tool_use_rloo": "rloo"}
 EXPERIMENT = "tiny-baselines"
+TOOL_USE_EXPERIMENT = "tiny-tool-use"
+
+
+def recipe_arguments(variant: str) -> list[str]:
+    """The recipe and the overrides that make `variant`; a tool-use run is tagged with the variant's name."""
+    if variant in TOOL_USE_VARIANTS:
+        from recipes.tool_use.overrides import tool_use_overrides
+
+        return [TOOL_USE_VARIANTS[variant], *tool_use_overrides(), f"tracking.tags.recipe={variant}"]
+    return [VARIANTS[variant]]
+
+
+def experiment(variant: str) -> str:
+    return TOOL_USE_EXPERIMENT if variant in TOOL_USE_VARIANTS else EXPERIMENT
 
 
 def run_one(variant: str, seed: int, args, log_dir: Path) -> tuple[str, int, int, float]:
     command = [
-        sys.executable, "-m", "core.cli", "train", "--recipe", VARIANTS[variant],
+        sys.executable, "-m", "core.cli", "train", "--recipe", *recipe_arguments(variant),
         f"trainer.seed={seed}", f"trainer.total_steps={args.steps}", f"trainer.test_freq={args.test_freq}",
-        f"trainer.num_threads={args.threads}", f"tracking.uri={args.uri}", f"tracking.experiment={EXPERIMENT}",
+        f"trainer.num_threads={args.threads}", f"tracking.uri={args.uri}", f"tracking.experiment={experiment(variant)}",
         "tracking.backends=[mlflow]", f"tracking.run_name={variant}-seed{seed}",
         f"trainer.output_dir={log_dir}/{variant}-seed{seed}",
     ]
@@ -57,21 +80,26 @@ def run_one(variant: str, seed: int, args, log_dir: Path) -> tuple[str, int, int
     return variant, seed, code, time.time() - start
 
 
-def warm_start_and_experiment(uri: str) -> None:
-    """Train the shared warm-start once and create the experiment before runs start in parallel."""
+def warm_start_and_experiment(uri: str, variants: list[str]) -> None:
+    """Train the shared warm-starts once and create the experiments before runs start in parallel."""
     import mlflow
 
+    from core.models.tool_warmstart import tool_model_path
     from core.models.warmstart import warm_started_model_path
 
-    warm_started_model_path()
+    if any(variant in VARIANTS for variant in variants):
+        warm_started_model_path()
+    if any(variant in TOOL_USE_VARIANTS for variant in variants):
+        tool_model_path()
     client = mlflow.MlflowClient(uri)
-    if client.get_experiment_by_name(EXPERIMENT) is None:
-        client.create_experiment(EXPERIMENT)
+    for name in sorted({experiment(variant) for variant in variants}):
+        if client.get_experiment_by_name(name) is None:
+            client.create_experiment(name)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, *TOOL_USE_VARIANTS])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--test-freq", type=int, default=20)
@@ -83,7 +111,7 @@ def main() -> int:
 
     log_dir = Path(args.logs)
     log_dir.mkdir(parents=True, exist_ok=True)
-    warm_start_and_experiment(args.uri)
+    warm_start_and_experiment(args.uri, args.variants)
     jobs = [(v, s) for s in args.seeds for v in args.variants]
     print(f"{len(jobs)} runs ({len(args.variants)} variants × {len(args.seeds)} seeds), {args.jobs} at a time", flush=True)
     failed = 0
