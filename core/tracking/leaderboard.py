@@ -11,9 +11,11 @@ Outputs (all deterministic: the same export gives byte-identical files):
 
 Exports with `evals` add a section per pretrained model (before_after.py: before -> after RL, mean,
 std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/curves.png; the training runs
-it shows appear only there, not in the tiny-task table. Written into the repository's own results/,
-the leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
-`<!-- BEGIN tiny-leaderboard ...`).
+it shows appear only there, not in the tiny-task table. Rows whose runs call tools get a before -> after
+section of their own too (tool_use_section.py). Written into the repository's own results/, the
+leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
+`<!-- BEGIN tiny-leaderboard ...`); written anywhere under results/, those of its tool-use rows
+(`<!-- BEGIN tool-use-leaderboard ...`).
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ from core.tracking.before_after import (
     render_before_after,
 )
 from core.tracking.console import format_duration
-from core.tracking.recipe_readmes import update_recipe_readmes
+from core.tracking.recipe_readmes import update_recipe_readmes, update_tool_use_readmes
 from core.tracking.run_export import (
     AFTER_EVAL_TAG,
+    TOOL_CALL_RATE_KEY,
     TRAIN_REWARD_KEY,
     LeaderboardError,
     check_unique_seeds,
@@ -50,9 +53,11 @@ from core.tracking.run_export import (
 )
 from core.tracking.seed_stats import SeedStats, plot_seed_curves
 from core.tracking.suite_rank import with_suite_history
+from core.tracking.tool_use_section import ToolUseSection, build_tool_use, render_tool_use, tool_use_records
 
 # data_source -> how its accuracy is graded (core/reward/manager.py's scorers; GSM8K is verl-compatible).
-GRADERS = {"arithmetic": GSM8K_STRICT, "gsm8k": GSM8K_STRICT, "openai/gsm8k": GSM8K_STRICT}
+GRADERS = {"arithmetic": GSM8K_STRICT, "calculator": GSM8K_STRICT, "gsm8k": GSM8K_STRICT,
+           "openai/gsm8k": GSM8K_STRICT}
 PROTOCOL_KEYS = ("dataset", "split", "samples", "temperature", "top_p", "grader")
 # Where each protocol entry comes from, so an error names the config key to fix.
 PROTOCOL_SOURCES = {
@@ -114,6 +119,7 @@ class Leaderboard:
     rows: list[Row]                        # sorted by the first task's mean, best first
     experiment: str | None = None
     before_after: BeforeAfter | None = None  # from the export's `evals`, when it has any
+    tool_use: ToolUseSection | None = None    # the rows whose runs called tools, when any did
 
 
 def task_protocol(run: dict, task: str) -> dict[str, str]:
@@ -187,7 +193,7 @@ def build_leaderboard(export: dict) -> Leaderboard:
     # Best first; rows without the first task's metric last; ties by name, so the order is stable.
     rows.sort(key=lambda r: (first not in r.cells, -r.cells[first].mean if first in r.cells else 0.0,
                              r.recipe, r.model))
-    return Leaderboard(tasks, protocols, rows, export.get("experiment"), before_after)
+    return Leaderboard(tasks, protocols, rows, export.get("experiment"), before_after, build_tool_use(rows, tasks))
 
 
 def _one_protocol(task: str, runs: list[dict]) -> dict[str, str]:
@@ -233,6 +239,8 @@ def render_markdown(board: Leaderboard, export_path: str, out_dir: str) -> str:
     ]
     if board.rows:
         lines += _render_main_table(board)
+    if board.tool_use is not None:
+        lines += render_tool_use(board.tool_use)
     if board.before_after is not None:
         lines += render_before_after(board.before_after, PRETRAINED_PLOT)
     return "\n".join(lines) + "\n"
@@ -264,8 +272,9 @@ def _render_main_table(board: Leaderboard) -> list[str]:
                  format_duration(row.wall_seconds) if row.wall_seconds is not None else "?",
                  format_tokens(row.generated_tokens)]
         lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
+    curves = "held-out accuracy, tool-call rate" if board.tool_use is not None else "held-out accuracy"
     for task in board.tasks:
-        lines += ["", f"![{task}: held-out accuracy and training reward vs step]({plot_name(task)})"]
+        lines += ["", f"![{task}: {curves} and training reward vs step]({plot_name(task)})"]
     return lines
 
 
@@ -313,17 +322,22 @@ def render_json(board: Leaderboard, export_path: str) -> str:
     }
     if board.before_after is not None:
         data["before_after"] = before_after_records(board.before_after)
+    if board.tool_use is not None:
+        data["tool_use"] = tool_use_records(board.tool_use)
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def plot_curves(board: Leaderboard, task: str, path: Path) -> Path:
-    """Two panels: held-out `task` accuracy and training reward vs step, one line per row."""
+    """Held-out `task` accuracy, the held-out tool-call rate (where runs call tools) and training reward vs step,
+    one line per row."""
     several_models = len({row.model for row in board.rows}) > 1
     series = [((f"{row.recipe} · {row.model}" if several_models else row.recipe) + f" (n={row.seeds})", row.runs)
               for row in board.rows]
     protocol = board.protocols[task]
     panels = [(f"val/{task}/acc", f"held-out {task} acc ({protocol['temperature']}, {protocol['samples']})"),
               (TRAIN_REWARD_KEY, f"training reward ({TRAIN_REWARD_KEY})")]
+    if board.tool_use is not None:
+        panels.insert(1, (TOOL_CALL_RATE_KEY, "held-out tool-call rate (episodes that call a tool)"))
     return plot_seed_curves(series, panels, path)
 
 
@@ -375,5 +389,9 @@ def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path
     if out.resolve() == REPO_RESULTS:  # the committed leaderboard: the recipe READMEs show their rows too
         changed = update_recipe_readmes(board.before_after, REPO_RESULTS.parent / "recipes", source,
                                         board.rows, board.tasks)
+        written += [Path(_display(path)) for path in changed]
+    if board.tool_use is not None and out.resolve().is_relative_to(REPO_RESULTS):
+        board_dir = out.resolve().relative_to(REPO_RESULTS.parent).as_posix()
+        changed = update_tool_use_readmes(board.tool_use, REPO_RESULTS.parent / "recipes", source, board_dir)
         written += [Path(_display(path)) for path in changed]
     return written

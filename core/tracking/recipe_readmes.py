@@ -1,14 +1,15 @@
 """Each recipe README's own leaderboard rows, rewritten by `recipezoo leaderboard`.
 
 A README holds generated blocks between markers that name the recipes they show: its rows of the
-pretrained-model section (`gsm8k-leaderboard`) and of the tiny-task table (`tiny-leaderboard`):
+pretrained-model section (`gsm8k-leaderboard`), of the tiny-task table (`tiny-leaderboard`) and of the
+tool-use section (`tool-use-leaderboard`, from the leaderboard that holds tool-use runs):
 
     <!-- BEGIN gsm8k-leaderboard: grpo drgrpo reinforce_pp -->
     ...generated...
     <!-- END gsm8k-leaderboard -->
 
-Only the text between the markers is rewritten, from the same export as results/leaderboard.md, so a
-README row and the leaderboard row are the same numbers.
+Only the text between the markers is rewritten, from the same export as the leaderboard that shows
+the rows, so a README row and the leaderboard row are the same numbers.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from collections import Counter
 from pathlib import Path
 
 from core.tracking.before_after import BeforeAfter, _md, before_after_cell, row_costs, steps_text
+from core.tracking.tool_use_section import ToolUseSection, tool_use_table, validation_interval
 
 BLOCK = re.compile(r"(<!-- BEGIN gsm8k-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                    r"(<!-- END gsm8k-leaderboard -->)", re.S)
 TINY_BLOCK = re.compile(r"(<!-- BEGIN tiny-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                         r"(<!-- END tiny-leaderboard -->)", re.S)
+TOOL_USE_BLOCK = re.compile(r"(<!-- BEGIN tool-use-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
+                            r"(<!-- END tool-use-leaderboard -->)", re.S)
 DRIVER = "bash bench/gsm8k_leaderboard.sh"
 LORA_ROW = re.compile(r"(?P<variant>\w+)-lora(?P<rank>\d+)")  # lora_row's names, read back
 TINY_DRIVER = "python bench/tiny_baselines.py"
@@ -106,16 +110,46 @@ def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: 
     return "\n".join(lines) + "\n"
 
 
+def render_tool_use_block(section: ToolUseSection, recipes: list[str], source: str, out: str) -> str:
+    """The named recipes' rows of the tool-use section and their rerun command."""
+    rows = [row for row in section.rows if row.recipe in recipes]
+    rerun = f"{TINY_DRIVER} --variants {' '.join(recipes)} --seeds 0 1 2"
+    if not rows:
+        return f"No tool-use runs of {', '.join(f'`{r}`' for r in recipes)} in `{source}` yet; `{rerun}` makes them.\n"
+    steps = Counter(row.steps_text() for row in rows).most_common(1)[0][0]
+    interval = validation_interval(rows)
+    rerun += f" --steps {steps}" + (f" --test-freq {interval}" if interval else "")
+    lines = [f"The tool-use rows of `{out}/leaderboard.md`, generated from `{source}` by `recipezoo leaderboard` (do "
+             "not edit; the protocol, the wall times and the curves are there). Each cell is `before → after`: before "
+             "RL at step 0, after as mean ± std [95% t-interval] over the seeds.", "",
+             *tool_use_table(section, rows), "",
+             f"Rerun: `{rerun}`, then `recipezoo leaderboard` into `{out}` (the commands: `{out}/README.md`)."]
+    return "\n".join(lines) + "\n"
+
+
 def update_recipe_readmes(section: BeforeAfter | None, recipes_dir: Path, source: str, tiny_rows: list = (),
                           tiny_tasks: list[str] = ()) -> list[Path]:
-    """Rewrite every generated block under `recipes_dir/*/README.md`; returns the READMEs that changed."""
+    """Rewrite every gsm8k- and tiny-leaderboard block under `recipes_dir/*/README.md`; returns the READMEs that
+    changed."""
+    def rewrite(text: str) -> str:
+        text = BLOCK.sub(lambda m: m.group(1) + render_block(section, m.group("recipes").split(), source) + m.group(4),
+                         text)
+        return TINY_BLOCK.sub(lambda m: m.group(1) + render_tiny_block(
+            list(tiny_rows), list(tiny_tasks), m.group("recipes").split(), source) + m.group(4), text)
+    return _rewrite_readmes(recipes_dir, rewrite)
+
+
+def update_tool_use_readmes(section: ToolUseSection, recipes_dir: Path, source: str, out: str) -> list[Path]:
+    """Rewrite every tool-use-leaderboard block under `recipes_dir/*/README.md`; returns the READMEs that changed."""
+    return _rewrite_readmes(recipes_dir, lambda text: TOOL_USE_BLOCK.sub(lambda m: m.group(1) + render_tool_use_block(
+        section, m.group("recipes").split(), source, out) + m.group(4), text))
+
+
+def _rewrite_readmes(recipes_dir: Path, rewrite) -> list[Path]:
     changed = []
     for readme in sorted(Path(recipes_dir).glob("*/README.md")):
         text = readme.read_text(encoding="utf-8")
-        updated = BLOCK.sub(lambda m: m.group(1) + render_block(section, m.group("recipes").split(), source) + m.group(4),
-                            text)
-        updated = TINY_BLOCK.sub(lambda m: m.group(1) + render_tiny_block(
-            list(tiny_rows), list(tiny_tasks), m.group("recipes").split(), source) + m.group(4), updated)
+        updated = rewrite(text)
         if updated != text:
             readme.write_text(updated, encoding="utf-8")
             changed.append(readme)

@@ -52,6 +52,9 @@ EVAL_MODEL_TAG = "eval_model"        # the pretrained model evaluated (before) o
 EVAL_RECIPE_TAG = "eval_recipe"      # after: the recipe that trained the policy
 EVAL_TRAIN_RUN_TAG = "eval_train_run"  # after: the MLflow run id of that training run
 TRAIN_REWARD_KEY = "critic/score/mean"
+# Held-out figures of multi-turn runs whose curves the export keeps beside the accuracies (tool_use_section.py).
+TOOL_CALL_RATE_KEY = "val/tool/call_rate"
+TOOL_TURNS_KEY = "val/multi_turn/num_turns/mean"
 GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step, logged every step
 # Every response token the engine sampled for a step, including those not trained on (ReMax's greedy
 # baseline, DAPO's dropped groups); logged by bench/gsm8k_run.py.
@@ -166,7 +169,8 @@ def _export_run(client, run) -> dict:
                                                             key=lambda m: (m.step, m.timestamp))}
         return [[step, points[step]] for step in sorted(points)]  # last logged value per step wins
 
-    histories = {key: history(key) for key in sorted(metrics) if is_task_acc_key(key)}
+    histories = {key: history(key) for key in sorted(metrics)
+                 if is_task_acc_key(key) or key in (TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY)}
     histories[TRAIN_REWARD_KEY] = history(TRAIN_REWARD_KEY) if TRAIN_REWARD_KEY in metrics else []
     # Final values from the histories where we have them: MLflow's "latest" breaks step ties by timestamp.
     final = {key: metrics[key] for key in sorted(metrics) if key.startswith("val/")}
