@@ -1,16 +1,18 @@
 """The leaderboard's tool-use section (before -> after RL over seeds, with the tool-call rate), from a synthetic
-export with hand-computed numbers, and the recipe README block that shows its rows."""
+export with hand-computed numbers; the recipe README block that shows its rows, and the committed one."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 from core.tracking.leaderboard import build_leaderboard, write_leaderboard
-from core.tracking.recipe_readmes import update_tool_use_readmes
-from core.tracking.run_export import TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY
+from core.tracking.recipe_readmes import TOOL_USE_BLOCK, render_tool_use_block, update_tool_use_readmes
+from core.tracking.run_export import TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY, load_export
 from core.tracking.tool_use_section import after, before
 
+REPO = Path(__file__).resolve().parent.parent
 ACC = "val/calculator/acc"
 PARAMS = {"data.val_files": "embedded://calculator", "data.val_max_samples": "128", "rollout.val_n": "1",
           "rollout.val_temperature": "0.0", "rollout.top_p": "1.0"}
@@ -71,3 +73,14 @@ def test_readme_block_shows_the_rows_and_reruns_at_their_budget(tmp_path):
     assert text.endswith("<!-- END tool-use-leaderboard -->\n\nafter\n")
     assert update_tool_use_readmes(section, tmp_path, "results/tool_use/runs.json", "results/tool_use") == []
 
+
+def test_committed_recipe_readme_shows_the_committed_tool_use_rows():
+    board_dir = "results/tool_use"
+    source = json.loads((REPO / board_dir / "leaderboard.json").read_text())["source"]
+    section = build_leaderboard(load_export(REPO / source)).tool_use
+    blocks = [match for readme in sorted((REPO / "recipes").glob("*/README.md"))
+              for match in TOOL_USE_BLOCK.finditer(readme.read_text())]
+    assert sorted(recipe for match in blocks for recipe in match.group("recipes").split()) == sorted(
+        row.recipe for row in section.rows)  # every tool-use row is in one README
+    for match in blocks:
+        assert match.group("body") == render_tool_use_block(section, match.group("recipes").split(), source, board_dir)
