@@ -50,6 +50,18 @@ def shout(text: str) -> str:
     return text.upper()
 
 
+def nap(seconds: str) -> str:
+    \"\"\"Sleep.
+
+    Args:
+        seconds: How long.
+    \"\"\"
+    import time
+
+    time.sleep(float(seconds))
+    return "rested"
+
+
 def untyped(x):
     return x
 """
@@ -96,7 +108,7 @@ def one_prompt(tokenizer, template: TurnTemplate, question: str = "What is 2+3?"
 
 
 def run_episode(tokenizer, tools_file, turns, action_format="chat", max_turns=5, max_response_length=400,
-                tools=("add", "fail", "shout"), max_chars=2000):
+                tools=("add", "fail", "shout"), max_chars=2000, n=1):
     template = TurnTemplate(tokenizer, {"tools": ToolSpec([f"{tools_file}:{t}" for t in tools], None).schemas}
                             if action_format == "chat" else {})
     engine = ScriptedEngine(tokenizer, turns, tokenizer.convert_tokens_to_ids("<|im_end|>"))
@@ -106,7 +118,7 @@ def run_episode(tokenizer, tools_file, turns, action_format="chat", max_turns=5,
     rollout = MultiTurnRollout(engine, tokenizer, ToolSpec([f"{tools_file}:{t}" for t in tools], None), settings,
                                template)
     prompts = one_prompt(tokenizer, template)
-    return rollout.generate(prompts, SamplingParams(n=1, max_new_tokens=max_response_length)), engine, template
+    return rollout.generate(prompts, SamplingParams(n=n, max_new_tokens=max_response_length)), engine, template
 
 
 @pytest.mark.parametrize("model", ["qwen3", "smollm2"])
@@ -180,6 +192,16 @@ def test_max_turns_ends_an_episode_that_keeps_calling(tools_file):
     assert list(batch["multi_turn_stop_reason"]) == ["max_turns"] and list(batch["tool_calls"]) == [2]
     metrics = multi_turn_metrics(batch.non_tensors)
     assert metrics["multi_turn/num_turns/max"] == 3 and metrics["multi_turn/stop_reason/max_turns"] == 1.0
+
+
+def test_the_tools_of_a_turn_run_at_once_and_their_wall_time_is_logged(tools_file):
+    from core.models.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer("<>")
+    batch, _, _ = run_episode(tokenizer, tools_file, ["<nap>0.5</nap>", "#### 1"], action_format="tags",
+                              tools=("nap",), n=4)
+    seconds = multi_turn_metrics(batch.non_tensors)["timing_s/tool"]
+    assert list(batch["tool_calls"]) == [1] * 4 and 0.5 <= seconds < 1.5  # four naps of 0.5 s side by side
 
 
 def test_parsers_read_calls_and_report_malformed_ones():

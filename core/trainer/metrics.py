@@ -34,7 +34,8 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
 
 def multi_turn_metrics(episodes: dict) -> dict[str, float]:
     """A multi-turn rollout's episodes (their `multi_turn_*` and `tool_*` columns): turns, tool calls, errors and
-    timeouts per episode, the share of episodes that called a tool, and the share that ended for each reason."""
+    timeouts per episode, the share of episodes that called a tool, the share that ended for each reason, and the
+    wall time the tools took."""
     if "multi_turn_turns" not in episodes:
         return {}
     turns = np.asarray(episodes["multi_turn_turns"], dtype=float)
@@ -47,6 +48,8 @@ def multi_turn_metrics(episodes: dict) -> dict[str, float]:
         "tool/errors": float(np.asarray(episodes["tool_errors"], dtype=float).mean()),
         "tool/timeouts": float(np.asarray(episodes["tool_timeouts"], dtype=float).mean()),
     }
+    if "tool_wall_s" in episodes:  # the batch's tool phases, in wall-clock seconds (part of timing_s/gen)
+        metrics["timing_s/tool"] = float(np.asarray(episodes["tool_wall_s"], dtype=float).sum())
     reasons = list(episodes["multi_turn_stop_reason"])
     metrics |= {f"multi_turn/stop_reason/{reason}": reasons.count(reason) / len(reasons) for reason in STOP_REASONS}
     if "template_mismatch" in episodes:

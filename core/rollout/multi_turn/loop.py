@@ -15,6 +15,7 @@ the budget is never run), its last allowed turn still calls a tool (`max_turns`)
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -55,6 +56,7 @@ class Episode:
     calls: int = 0
     errors: int = 0
     timeouts: int = 0
+    tool_wall_s: float = 0.0  # its share of the wall time the batch's tool phases took (split evenly)
     stop_reason: str | None = None
 
 
@@ -97,7 +99,11 @@ class MultiTurnRollout(RolloutBackend):
             last_turn = turn == self.settings.max_turns - 1
             pending = [(episode, calls) for episode, completion, budget in zip(live, completions, budgets, strict=True)
                        if (calls := self._take_turn(episode, completion, budget, last_turn))]
-            for (episode, calls), outcomes in zip(pending, self._run_calls(pending), strict=True):
+            start = time.perf_counter()
+            outcomes_by_episode = self._run_calls(pending)
+            for episode, _ in pending:  # shares add up to the phase's wall time, whatever the concurrency
+                episode.tool_wall_s += (time.perf_counter() - start) / len(pending)
+            for (episode, calls), outcomes in zip(pending, outcomes_by_episode, strict=True):
                 self._observe(episode, calls, outcomes)
         return self._to_batch(repeated, episodes)
 
@@ -173,6 +179,7 @@ class MultiTurnRollout(RolloutBackend):
             "tool_calls": [episode.calls for episode in episodes],
             "tool_errors": [episode.errors for episode in episodes],
             "tool_timeouts": [episode.timeouts for episode in episodes],
+            "tool_wall_s": [episode.tool_wall_s for episode in episodes],
             "env_reward": [env_reward(episode.env) for episode in episodes],
         }
         if self.settings.check_template:
