@@ -261,3 +261,15 @@ class Guess:
     scores, info = RewardManager(tokenizer)(batch)  # "test" has no scorer: the environment's reward stands
     assert info["acc"] == [1.0] and scores.sum().item() == 1.0
     assert isinstance(batch.non_tensors["env_reward"], np.ndarray)
+
+
+def test_tool_files_are_pinned_to_absolute_paths_for_workers_elsewhere(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from core.rollout.multi_turn.settings import pin_tool_paths
+
+    monkeypatch.chdir(tmp_path)
+    multi_turn = OmegaConf.create({"tools": ["my_tools.py:add", "core.models.calculator:calc"], "env": "env.py:Env"})
+    pin_tool_paths(multi_turn)
+    assert list(multi_turn.tools) == [f"{tmp_path}/my_tools.py:add", "core.models.calculator:calc"]
+    assert multi_turn.env == f"{tmp_path}/env.py:Env"

@@ -22,7 +22,7 @@ from core.data.sources import resolve_data_files
 from core.engine.distributed import World, init_distributed, with_tensor_parallel
 from core.models.loading import load_tokenizer, resolve_model_path
 from core.models.warmstart import default_cache_dir
-from core.rollout.multi_turn.settings import checked_template
+from core.rollout.multi_turn.settings import checked_template, pin_tool_paths
 from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
 from core.tracking.tracker import Tracking, build_tracking
 from core.trainer.memory_estimate import check_run_fits
@@ -80,6 +80,7 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
     template_kwargs = {}
     if multi_turn_enabled(config.rollout):  # a template that rewrites past turns is refused before any engine starts
+        pin_tool_paths(config.rollout.multi_turn)
         template_kwargs = checked_template(config.rollout, tokenizer).template_kwargs
     train_set, val_set = build_datasets(config.data, tokenizer, template_kwargs)
     loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,

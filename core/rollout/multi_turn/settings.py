@@ -7,6 +7,8 @@ tokenizer exists, the chat template (`check_template_keeps_turns`), before any e
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from core.config import ConfigError
 from core.rollout.base import RolloutBackend
 from core.rollout.multi_turn.actions import FORMATS
@@ -48,6 +50,17 @@ def check_multi_turn(resolved: dict) -> None:
             if len(params) != 1:
                 raise ConfigError(f"rollout.multi_turn.format=tags: tool {schema['function']['name']} takes "
                                   f"{len(params)} arguments; a tag action passes one string, so use format=chat")
+
+
+def pin_tool_paths(multi_turn) -> None:
+    """`file.py:name` specs made absolute, in place: Ray's workers need not start in the driver's directory."""
+    def absolute(spec: str) -> str:
+        path, _, name = spec.rpartition(":")
+        return f"{Path(path).resolve()}:{name}" if path.endswith(".py") else spec
+
+    multi_turn.tools = [absolute(spec) for spec in multi_turn.tools]
+    if multi_turn.env:
+        multi_turn.env = absolute(multi_turn.env)
 
 
 def template_kwargs(rollout_cfg, spec: ToolSpec) -> dict:
