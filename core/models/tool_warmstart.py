@@ -18,7 +18,7 @@ from transformers import Qwen3ForCausalLM
 
 from core.models import calculator
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
-from core.models.warmstart import cached_model_dir, default_cache_dir, fit_sft
+from core.models.warmstart import cached_model_dir, default_cache_dir, fit_sft, right_padded
 from core.rollout.multi_turn.template import TurnTemplate
 
 TAG_CHARACTERS = "<>"  # the tag action's brackets, beyond the embedded tokenizer's characters
@@ -66,13 +66,7 @@ def episode_tensors(tokenizer, episodes) -> tuple[torch.Tensor, torch.Tensor]:
                 ids, mask = ids + after, mask + [0] * len(after)
         sequences.append(ids)
         masks.append(mask)
-    width = max(len(ids) for ids in sequences)
-    padded = torch.full((len(sequences), width), tokenizer.pad_token_id, dtype=torch.long)
-    loss_mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, (ids, mask) in enumerate(zip(sequences, masks)):
-        padded[row, : len(ids)] = torch.tensor(ids)
-        loss_mask[row, : len(mask)] = torch.tensor(mask)
-    return padded, loss_mask
+    return right_padded(sequences, masks, tokenizer.pad_token_id)
 
 
 def train_tool_sft(tokenizer, config: ToolWarmStartConfig) -> Qwen3ForCausalLM:

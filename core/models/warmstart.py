@@ -83,12 +83,18 @@ def sft_tensors(tokenizer, examples: list[tuple[list[dict], str]]) -> tuple[torc
         answer_ids = answer_ids + [tokenizer.eos_token_id]
         sequences.append(prompt_ids + answer_ids)
         masks.append([0] * len(prompt_ids) + [1] * len(answer_ids))
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(examples), width), tokenizer.pad_token_id, dtype=torch.long)
-    loss_mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for i, (seq, mask) in enumerate(zip(sequences, masks)):
-        ids[i, : len(seq)] = torch.tensor(seq)
-        loss_mask[i, : len(mask)] = torch.tensor(mask)
+    return right_padded(sequences, masks, tokenizer.pad_token_id)
+
+
+def right_padded(sequences: list[list[int]], masks: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor,
+                                                                                                  torch.Tensor]:
+    """(ids, loss_mask), each (B, longest): the sequences right-padded with `pad_token_id`, their masks with 0."""
+    width = max(len(sequence) for sequence in sequences)
+    ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    loss_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, (sequence, mask) in enumerate(zip(sequences, masks, strict=True)):
+        ids[row, : len(sequence)] = torch.tensor(sequence)
+        loss_mask[row, : len(mask)] = torch.tensor(mask)
     return ids, loss_mask
 
 
