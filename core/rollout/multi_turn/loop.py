@@ -81,9 +81,6 @@ class MultiTurnRollout(RolloutBackend):
     def wake_up(self) -> None:
         self.engine.wake_up()
 
-    def generate_ids(self, prompt_ids, params, max_new_tokens, stop=()) -> list[Completion]:
-        return self.engine.generate_ids(prompt_ids, params, max_new_tokens, stop)
-
     # ---- the loop -------------------------------------------------------------------------------
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         repeated = prompts.repeat(params.n, interleave=True)
