@@ -65,7 +65,7 @@ def test_a_multi_turn_run_trains_and_logs_its_tool_metrics(tool_model_dir, tmp_p
 
 
 @pytest.mark.parametrize("change, expected", [
-    ("rollout.multi_turn.max_turns=0", "rollout.multi_turn.max_turns=0 is out of range — expected an integer ≥ 1"),
+    ("rollout.multi_turn.max_turns=0", "rollout.multi_turn.max_turns=0 is out of range — expected ≥ 1"),
     ("rollout.multi_turn.tools=[nowhere.py:calc]", "rollout.multi_turn.tools[0]='nowhere.py:calc': no file"),
     ("rollout.multi_turn.format=json", "rollout.multi_turn.format='json' is not one of ['chat', 'tags']"),
 ])

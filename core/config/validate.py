@@ -30,6 +30,7 @@ from core.models.loading import VALUE_HEAD_INITS
 from core.models.lora import LoraSpec, check_targets
 from core.models.random_init import MODEL_INITS
 from core.reward.build import GSM8K_METHODS, MANAGERS
+from core.rollout.multi_turn.actions import FORMATS as ACTION_FORMATS
 from core.rollout.multi_turn.settings import check_multi_turn
 from core.tracking.tracker import backend_names
 from core.trainer.schedule import SCHEDULES
@@ -78,7 +79,8 @@ RANGES = {  # key -> the valid range, as the error states it
         "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
         "reward.num_workers", "algorithm.filter_groups.max_num_gen_batches", "trainer.total_steps",
         "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers",
-        "trainer.partial_rollout_chunk", "trainer.stream_groups"], "≥ 1"),
+        "trainer.partial_rollout_chunk", "trainer.stream_groups", "rollout.multi_turn.max_turns",
+        "rollout.multi_turn.max_tool_response_chars", "rollout.multi_turn.max_concurrent_tools"], "≥ 1"),
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
@@ -181,6 +183,7 @@ def check_choices(resolved: dict) -> None:
         "trainer.device": ["auto", "cpu", "cuda"],
         "reward.manager": list(MANAGERS),
         "reward.gsm8k_method": list(GSM8K_METHODS),
+        "rollout.multi_turn.format": list(ACTION_FORMATS),
     }
     for key, valid in choices.items():
         value = lookup(resolved, key)

@@ -11,12 +11,9 @@ from pathlib import Path
 
 from core.config import ConfigError
 from core.rollout.base import RolloutBackend
-from core.rollout.multi_turn.actions import FORMATS
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings
 from core.rollout.multi_turn.template import TemplateError, TurnTemplate, check_template_keeps_turns
 from core.rollout.multi_turn.tools import ToolSpec
-
-AT_LEAST_ONE = ("max_turns", "max_tool_response_chars", "max_concurrent_tools")
 
 
 def enabled(rollout_cfg) -> bool:
@@ -24,18 +21,11 @@ def enabled(rollout_cfg) -> bool:
 
 
 def check_multi_turn(resolved: dict) -> None:
+    """What only a multi-turn run needs (types, ranges and the format are validate.py's shared checks)."""
     rollout, trainer = resolved["rollout"], resolved["trainer"]
     settings = rollout["multi_turn"]
     if not settings["enable"]:
         return
-    if settings["format"] not in FORMATS:
-        raise ConfigError(f"rollout.multi_turn.format={settings['format']!r} is not one of {list(FORMATS)}")
-    for key in AT_LEAST_ONE:
-        value = settings[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"rollout.multi_turn.{key}={value!r} is out of range — expected an integer ≥ 1")
-    if not isinstance(settings["tools"], list):
-        raise ConfigError(f"rollout.multi_turn.tools={settings['tools']!r}: expected a list of file.py:function")
     if trainer["partial_rollout"]:
         raise ConfigError("trainer.partial_rollout=true with rollout.multi_turn.enable=true — a partial rollout "
                           "would resume an episode on newer weights, mixing two policies inside one episode; set "
