@@ -7,7 +7,8 @@
 # The tool runs use tag actions (<python>code</python>, a turn ended by the stop string </python>): the small models
 # this suite runs on write no hermes <tool_call> JSON before training (recipes/tool_use/README.md says how it was
 # checked); FORMAT=chat runs the chat-template calls instead, for a model that speaks them.
-# Environment: STEPS (12), RUN_TIMEOUT_S per run (280), OUT (results/tool_use/gpu), WORK (/tmp/tool_use_gpu),
+# Environment: STEPS (12), RUNS ("tool single": which of the two), RUN_TIMEOUT_S per run (280: then SIGTERM to the
+# trainer alone, which stops after the step in flight, and a kill 60 s later), OUT (results/tool_use/gpu), WORK (/tmp/tool_use_gpu),
 # GSM8K_LOCAL (a folder with GSM8K's train.jsonl, instead of the Hub), FORMAT (tags), LR (5e-6), OVERRIDES (more
 # config overrides for every run, space-separated).
 set -euo pipefail
@@ -36,13 +37,20 @@ tools=(rollout.multi_turn.enable=true "rollout.multi_turn.tools=[core.rollout.mu
 
 run() {  # $1: name, $2: data, then overrides; a failed or stopped run does not stop the others
     echo "== $1 ($(date -u +%T))" >&2
-    timeout "${RUN_TIMEOUT_S:-280}" python3 bench/grpo_vllm_gpu.py --model-dir "$model" --data "$2" \
+    # --foreground: the signal goes to the trainer alone; sent to its process group it would also stop the engine's
+    # own processes, which the step in flight still needs.
+    timeout --foreground -k 60 "${RUN_TIMEOUT_S:-280}" python3 bench/grpo_vllm_gpu.py --model-dir "$model" --data "$2" \
         --steps "${STEPS:-12}" --out "$out/$1" "${common[@]}" "${@:3}" ${OVERRIDES:-} >"$work/$1.log" 2>&1 \
         || echo "== $1 stopped with status $? (log: $work/$1.log)" >&2
     tail -n 3 "$work/$1.log" >&2
 }
 mkdir -p "$work"
 for engine in "${engines[@]}"; do
-    run "${engine}_tool" "$tool_data" "rollout.name=$engine" "${tools[@]}"
-    run "${engine}_single" "$single_data" "rollout.name=$engine"
+    for kind in ${RUNS:-tool single}; do
+        case $kind in
+            tool) run "${engine}_tool" "$tool_data" "rollout.name=$engine" "${tools[@]}" ;;
+            single) run "${engine}_single" "$single_data" "rollout.name=$engine" ;;
+            *) echo "RUNS: unknown run $kind (expected tool, single)" >&2; exit 2 ;;
+        esac
+    done
 done
