@@ -2,6 +2,8 @@
 # The GSM8K tool recipe on one GPU beside single-turn GRPO on the same model, prompts and budget, for
 # results/tool_use/gpu: step time and its stages, turns per episode, tool time per step, rollout/logprob_diff.
 #     bash bench/tool_use_gpu.sh MODEL [vllm|sglang ...]        # MODEL: HF id, dir or pypi:// name
+# vLLM and SGLang live in separate environments (bench/requirements-gpu.txt, bench/requirements-sglang.txt): run the
+# script once from each, naming its engine.
 # Each run writes OUT/<engine>_<tool|single>/grpo.json after every step (bench/grpo_vllm_gpu.py), so a run stopped by
 # its time limit keeps the steps it made; then `python bench/tool_use_report.py` writes results/tool_use/gpu/README.md.
 # The tool runs use tag actions (<python>code</python>, a turn ended by the stop string </python>): the small models

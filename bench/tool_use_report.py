@@ -49,6 +49,29 @@ def run_row(name: str, report: dict) -> str:
         number_cell(max(report["peak_memory_gib"] or [0.0]))])
 
 
+def engine_reading(engine: str, tool: dict | None, single: dict | None) -> list[str]:
+    """Numbers a reader compares, per engine: how far the engine's log-probs sit from the trainer's in each run
+    (a context the trainer rebuilt differently from what the engine sampled would show here), and what the tool
+    run's policy did with the tool over its steps."""
+    name, lines = ENGINES.get(engine, engine), []
+    if tool and single:
+        diff = {label: (statistics.mean(v["rollout/logprob_diff/mean"] for v in run["steps"]),
+                        max(v["rollout/logprob_diff/max"] for v in run["steps"]))
+                for label, run in (("tool", tool), ("single", single))}
+        lines.append(f"- {name}: `rollout/logprob_diff` averages {diff['tool'][0]:.4f} per sampled token with the "
+                     f"tool ({diff['single'][0]:.4f} single-turn), its largest single token {diff['tool'][1]:.3f} "
+                     f"({diff['single'][1]:.3f} single-turn).")
+    if tool:
+        steps = tool["steps"]
+        peak = max(steps, key=lambda step: step["tool/call_rate"])
+        lines.append(f"- {name}, tool run: {len(steps)} steps; the tool-call rate went {steps[0]['tool/call_rate']:.2f}"
+                     f" → {steps[-1]['tool/call_rate']:.2f} (highest {peak['tool/call_rate']:.2f}, step "
+                     f"{peak['step']}), tool errors per episode at that step {peak['tool/errors']:.2f}; responses "
+                     f"{steps[0]['response_length/mean']:.0f} → {steps[-1]['response_length/mean']:.0f} tokens; "
+                     f"score {steps[0]['critic/score/mean']:.3f} → {steps[-1]['critic/score/mean']:.3f}.")
+    return lines
+
+
 def page(results: Path) -> list[str]:
     runs = {path.parent.name: report for path, report in
             zip(sorted(results.glob("*/grpo.json")), load_results(results.glob("*/grpo.json")))}
@@ -67,6 +90,10 @@ def page(results: Path) -> list[str]:
              "(max over the steps).", "",
              *table_header(*COLUMNS, right_aligned=NUMBERS)]
     lines += [run_row(name, report) for name, report in sorted(runs.items())]
+    lines += ["", "Each run's steps, one by one: `<engine>_<tool|single>/README.md` beside this page.", "",
+              "## What the runs show", ""]
+    lines += [line for engine in sorted({name.split("_")[0] for name in runs})
+              for line in engine_reading(engine, runs.get(f"{engine}_tool"), runs.get(f"{engine}_single"))]
     lines += ["", "Commands (each run's own):", ""]
     lines += [f"- {name}: `{report['command']}`" for name, report in sorted(runs.items())]
     return lines

@@ -1,0 +1,50 @@
+"""bench/tool_use_report.py (results/tool_use/gpu/README.md): its arithmetic on SYNTHETIC runs written to tmp_path
+(made-up numbers, never written to results/), and the committed page regenerated from the committed json files."""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import tool_use_report  # noqa: E402
+
+
+def synthetic_step(step: int, seconds: float, **metrics) -> dict:
+    return {"step": step, "timing_s/step": seconds, "timing_s/gen": seconds / 2, "rollout/logprob_diff/mean": 0.01,
+            "rollout/logprob_diff/max": 0.1 * step, "response_length/mean": 100.0, "critic/score/mean": 0.0,
+            **metrics}
+
+
+def write_run(root: Path, name: str, steps: list[dict]) -> None:
+    (root / name).mkdir()
+    (root / name / "grpo.json").write_text(json.dumps({
+        "device": "SYNTHETIC GPU", "model_dir": "m", "steps": steps, "peak_memory_gib": [40.0],
+        "command": f"python bench/grpo_vllm_gpu.py --out {name}"}))
+
+
+def test_times_are_medians_after_the_first_step_and_the_tool_columns_are_the_tool_runs(tmp_path):
+    tool = {"multi_turn/num_turns/mean": 1.0, "tool/call_rate": 0.1, "tool/errors": 0.0, "timing_s/tool": 1.0}
+    write_run(tmp_path, "vllm_tool", [synthetic_step(1, 100.0, **tool),
+                                      synthetic_step(2, 30.0, **{**tool, "tool/call_rate": 0.9, "tool/errors": 0.5}),
+                                      synthetic_step(3, 40.0, **{**tool, "multi_turn/num_turns/mean": 2.0}),
+                                      synthetic_step(4, 20.0, **tool)])
+    write_run(tmp_path, "vllm_single", [synthetic_step(1, 90.0), synthetic_step(2, 25.0)])
+    lines = tool_use_report.page(tmp_path)
+    tool_row = next(line for line in lines if "Python tool" in line)
+    # steps 2-4: s/step median of 30, 40, 20 = 30; turns first → last 1 → 1; call rate 0.10 → 0.10
+    assert tool_row.startswith("| vLLM | multi-turn, Python tool | 4 | 30.0 | 15.0 | 1.00 |")
+    assert "| 1.00 → 1.00 | 0.10 → 0.10 |" in tool_row
+    single_row = next(line for line in lines if "single-turn |" in line)
+    assert single_row.startswith("| vLLM | single-turn | 2 | 25.0 | 12.5 | – |")  # one step after the first
+    reading = next(line for line in lines if line.startswith("- vLLM, tool run"))
+    assert "(highest 0.90, step 2), tool errors per episode at that step 0.50" in reading
+    diff = next(line for line in lines if line.startswith("- vLLM: "))
+    assert "largest single token 0.400 (0.200 single-turn)" in diff  # max over the steps, not the last
+
+
+def test_the_committed_page_is_what_the_committed_runs_give():
+    results = ROOT / "results" / "tool_use" / "gpu"
+    expected = "\n".join(tool_use_report.page(results)) + "\n"
+    assert (results / "README.md").read_text() == expected
