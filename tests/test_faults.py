@@ -157,6 +157,20 @@ SIGNALLED_TRAINERS = """
         signals = (signal.SIGTERM, signal.SIGINT)
 
 
+    class TermDuringStep2(SignalledDuringStep2):
+        # records the steps at which the engine was still used: weight syncs and validations
+        signals = (signal.SIGTERM,)
+        engine_used_at = []
+
+        def sync_weights(self):
+            self.engine_used_at.append(("sync_weights", self.global_step))
+            super().sync_weights()
+
+        def validate(self, step):
+            self.engine_used_at.append(("validate", step))
+            return super().validate(step)
+
+
     class CtrlCWhileBuilding(GRPOTrainer):
         def __init__(self, config):
             os.kill(os.getpid(), signal.SIGINT)
@@ -185,6 +199,22 @@ def test_ctrl_c_ends_in_one_line_exit_130_and_a_released_lock(random_model_dir, 
     if status:
         assert mlflow_run(tmp_path)[1].info.status == status
     assert signal.getsignal(signal.SIGINT) is sigint_before  # handlers restored
+
+
+def test_a_stopping_run_leaves_its_engine_alone_after_the_signal(random_model_dir, tmp_path, capsys):
+    """SIGTERM to a process group (`timeout`, a scheduler) reaches vLLM's and SGLang's own processes too, and they
+    exit: the step in flight must not sync weights to them or validate with them, or it waits forever (seen on a
+    GPU). Its update is kept: step 2 is saved."""
+    trainers = write_trainer(tmp_path, SIGNALLED_TRAINERS)
+    args = run_args(random_model_dir, tmp_path, "trainer.total_steps=3", "trainer.save_freq=10",
+                    "trainer.test_freq=1", f"trainer.cls={trainers}:TermDuringStep2")
+    assert train(args) == 143
+    root = tmp_path / "out" / "checkpoints"
+    assert last_err_line(capsys) == (f"recipezoo: stopped by SIGTERM after step 2 of 3; step 2 is saved in "
+                                     f"{root}/global_step_2 — continue with trainer.resume=auto")
+    used = sys.modules["fault_trainers"].TermDuringStep2.engine_used_at
+    assert ("sync_weights", 1) in used and ("validate", 1) in used  # before the signal, as always
+    assert not [use for use in used if use[1] >= 2], used
 
 
 def test_ctrl_c_under_ray_saves_the_step_and_stops_the_workers(random_model_dir, tmp_path):

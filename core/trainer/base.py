@@ -81,12 +81,17 @@ class BaseTrainer:
                     batch = self.stage("adv", self.compute_advantages, batch)
                     metrics = self.stage("update_critic", self.update_critic, batch)
                     metrics |= self.stage("update_actor", self.update_policy, batch)
-                    self.stage("sync_weights", self.sync_weights)
+                    # A run stopping after this step needs its engine no more, whose processes may have had the
+                    # same signal (a process group's, a scheduler's): no sync, no validation to wait on them.
+                    stopping = stop_request.agreed(self.world) is not None
+                    if not stopping:
+                        self.stage("sync_weights", self.sync_weights)
                 self.log_step(step, batch, metrics)  # and stops a runaway run (guards.py)
-                if self._due(step, self.config.trainer.test_freq, total):
+                if not stopping and self._due(step, self.config.trainer.test_freq, total):
                     val_metrics = self.validate(step)
                 if self._due(step, save_freq, total):
                     self.save_checkpoint(step)
+            self.stop_if_signalled(stop_request, last_step=total)  # a signal during the last step
         return val_metrics
 
     def stage(self, name: str, method, *args):
