@@ -63,17 +63,18 @@ def load_trainer_class(spec: str):
 def train(args: argparse.Namespace) -> int:
     config = load_config(args.recipe, args.overrides)
     if args.dry_run or config.trainer.dry_run:
+        from core.config.validate import check_trainer_class
         from core.trainer.plan import format_plan, make_plan
 
         plan = make_plan(config)  # validates at the world the config asks for
-        load_trainer_class(config.trainer.cls)
+        check_trainer_class(load_trainer_class(config.trainer.cls), config)
         print(format_plan(plan), flush=True)
         if args.plan_json:
             write_plan_json(args.plan_json, plan, config)
         return 0
     if args.plan_json:
         raise ConfigError("--plan-json writes a dry run's plan: add --dry-run")
-    from core.config.validate import validate_config
+    from core.config.validate import check_trainer_class, validate_config
     from core.reward.build import custom_function
     from core.trainer.preflight import preflight
     from core.trainer.run_dir import claimed_run_dirs
@@ -86,6 +87,7 @@ def train(args: argparse.Namespace) -> int:
 
         preflight(config.model.path)
     trainer_cls = load_trainer_class(config.trainer.cls)
+    check_trainer_class(trainer_cls, config)
     custom_function(config.reward.custom_function)  # a reward file that fails to import
     preflight(config)  # data files and model dir, before a model is built, warmed up or downloaded
     # SIGTERM/SIGINT end in one line and a released lock from here on; the loop itself stops gracefully.

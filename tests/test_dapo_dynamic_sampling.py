@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from core.algos.advantages import group_indices
+from core.cli import main as cli_main
 from core.config import load_config
 from core.data.batch import Batch
 from core.data.dataset import collate_prompts
@@ -106,3 +107,16 @@ def test_rounds_of_different_widths_join_without_changing_any_log_prob(fast_over
         expected = trainer.actor_rollout.compute_log_probs(part)["old_log_probs"]
         torch.testing.assert_close(log_probs[rows, :width], expected, atol=1e-5, rtol=1e-5)
         assert log_probs[rows, width:].abs().sum() == 0 and joined["response_mask"][rows, width:].sum() == 0
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_filter_groups_with_a_trainer_that_ignores_it_is_refused(fast_overrides, tmp_path, capsys, dry_run):
+    """Only DAPO's trainer samples dynamically: with GRPO's the key would do nothing, so it is refused."""
+    code = cli_main(["train", "--recipe", "grpo", *fast_overrides, "algorithm.filter_groups.enable=true",
+                     *(["--dry-run"] if dry_run else [])])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not (tmp_path / "out").exists()
+    assert err == ("recipezoo: config error: algorithm.filter_groups.enable=true with "
+                   "trainer.cls=recipes.grpo.trainer.GRPOTrainer — dynamic sampling is DAPO's trainer's own step "
+                   "(recipes/dapo/trainer.py), which this trainer does not run; use --recipe dapo, or a trainer.cls "
+                   "that subclasses DAPOTrainer")

@@ -289,6 +289,14 @@ def check_schedule(resolved: dict) -> None:
                               "run it with trainer.schedule=sync")
 
 
+def check_trainer_class(trainer_cls, config) -> None:
+    """Keys that only some trainers act on, refused with a trainer that would ignore them in silence."""
+    if config.algorithm.filter_groups.enable and not getattr(trainer_cls, "samples_dynamically", False):
+        raise ConfigError(f"algorithm.filter_groups.enable=true with trainer.cls={config.trainer.cls} — dynamic "
+                          "sampling is DAPO's trainer's own step (recipes/dapo/trainer.py), which this trainer "
+                          "does not run; use --recipe dapo, or a trainer.cls that subclasses DAPOTrainer")
+
+
 def check_stream_groups(resolved: dict) -> None:
     groups, schedule = resolved["trainer"]["stream_groups"], resolved["trainer"]["schedule"]
     if groups is None:

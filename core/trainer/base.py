@@ -38,6 +38,7 @@ from core.trainer.workers import mini_batch_rows
 
 class BaseTrainer:
     uses_critic = False  # PPO: a value model (`self.critic`) beside the actor, run by the same controller
+    samples_dynamically = False  # DAPO: `algorithm.filter_groups` (its trainer's generate); others would ignore it
 
     def __init__(self, config):
         self.config = config

@@ -20,6 +20,8 @@ from core.trainer.base import BaseTrainer
 
 
 class DAPOTrainer(BaseTrainer):
+    samples_dynamically = True
+
     def generate(self, prompts: Batch, params=None) -> Batch:
         filter_groups = self.config.algorithm.filter_groups
         if not filter_groups.enable:
