@@ -8,7 +8,7 @@
 # its time limit keeps the steps it made; then `python bench/tool_use_report.py` writes results/tool_use/gpu/README.md.
 # The tool runs use tag actions (<python>code</python>, a turn ended by the stop string </python>): the small models
 # this suite runs on write no hermes <tool_call> JSON before training (recipes/tool_use/README.md says how it was
-# checked); FORMAT=chat runs the chat-template calls instead, for a model that speaks them.
+# checked: bench/tool_format_probe.py); FORMAT=chat runs the chat-template calls instead, for a model that speaks them.
 # Environment: STEPS (12), RUNS ("tool single": which of the two), RUN_TIMEOUT_S per run (280: then SIGTERM to the
 # trainer alone, which stops after the step in flight, and a kill 60 s later), OUT (results/tool_use/gpu), WORK (/tmp/tool_use_gpu),
 # GSM8K_LOCAL (a folder with GSM8K's train.jsonl, instead of the Hub), FORMAT (tags), LR (5e-6), OVERRIDES (more
@@ -19,8 +19,7 @@ model=${1:?usage: bash bench/tool_use_gpu.sh MODEL [vllm|sglang ...]}
 shift
 engines=("${@:-vllm}")
 work=${WORK:-/tmp/tool_use_gpu} out=${OUT:-results/tool_use/gpu} format=${FORMAT:-tags}
-tags_instruction='To compute, write Python code between <python> and </python> tags, for example '\
-'<python>print(3 * 4)</python>, and you will get what it prints. Then write the final answer after "####".'
+tags_instruction=$(python3 -c 'from core.rollout.multi_turn.python_tool import TAGS_INSTRUCTION as t; print(t)')
 
 gsm8k_train() {  # $1: folder, $2: the instruction ('' for verl's default)
     [ -f "$1/train.parquet" ] || python3 -m core.cli data gsm8k --split train --out "$1" \

@@ -202,6 +202,13 @@ class PythonRunner:
 _default_runner = PythonRunner()
 
 
+# What a prompt adds for the tool as a tag action (rollout.multi_turn.format=tags): `recipezoo data gsm8k
+# --instruction "$(python -c 'from core.rollout.multi_turn.python_tool import TAGS_INSTRUCTION; print(TAGS_INSTRUCTION)')"`.
+TAGS_INSTRUCTION = ("To compute, write Python code between <python> and </python> tags, for example "
+                    "<python>print(3 * 4)</python>, and you will get what it prints. Then write the final answer "
+                    'after "####".')
+
+
 def python(code: str) -> str:
     """Run Python code and return what it prints.
 
