@@ -4,21 +4,21 @@
 #     bash bench/tool_use_gpu.sh MODEL [vllm|sglang ...]        # MODEL: HF id, dir or pypi:// name
 # vLLM and SGLang live in separate environments (bench/requirements-gpu.txt, bench/requirements-sglang.txt): run the
 # script once from each, naming its engine.
-# Each run writes OUT/<engine>_<tool|single>/grpo.json after every step (bench/grpo_vllm_gpu.py), so a run stopped by
+# Each run writes RESULTS/<engine>_<tool|single>/grpo.json after every step (bench/grpo_vllm_gpu.py), so a run stopped by
 # its time limit keeps the steps it made; then `python bench/tool_use_report.py` writes results/tool_use/gpu/README.md.
 # The tool runs use tag actions (<python>code</python>, a turn ended by the stop string </python>): the small models
 # this suite runs on write no hermes <tool_call> JSON before training (recipes/tool_use/README.md says how it was
 # checked: bench/tool_format_probe.py); FORMAT=chat runs the chat-template calls instead, for a model that speaks them.
 # Environment: STEPS (12), RUNS ("tool single": which of the two), RUN_TIMEOUT_S per run (280: then SIGTERM to the
-# trainer alone, which stops after the step in flight, and a kill 60 s later), OUT (results/tool_use/gpu), WORK (/tmp/tool_use_gpu),
-# GSM8K_LOCAL (a folder with GSM8K's train.jsonl, instead of the Hub), FORMAT (tags), LR (5e-6), OVERRIDES (more
-# config overrides for every run, space-separated).
+# trainer alone, which stops after the step in flight, and a kill 60 s later), RESULTS (results/tool_use/gpu),
+# WORK (/tmp/tool_use_gpu), GSM8K_LOCAL (a folder with GSM8K's train.jsonl, instead of the Hub), FORMAT (tags),
+# LR (5e-6), OVERRIDES (more config overrides for every run, space-separated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: bash bench/tool_use_gpu.sh MODEL [vllm|sglang ...]}
 shift
 engines=("${@:-vllm}")
-work=${WORK:-/tmp/tool_use_gpu} out=${OUT:-results/tool_use/gpu} format=${FORMAT:-tags}
+work=${WORK:-/tmp/tool_use_gpu} out=${RESULTS:-results/tool_use/gpu} format=${FORMAT:-tags}
 tags_instruction=$(python3 -c 'from core.rollout.multi_turn.python_tool import TAGS_INSTRUCTION as t; print(t)')
 
 gsm8k_train() {  # $1: folder, $2: the instruction ('' for verl's default)
@@ -27,7 +27,8 @@ gsm8k_train() {  # $1: folder, $2: the instruction ('' for verl's default)
     echo "$1/train.parquet"
 }
 single_data=$(gsm8k_train "$work/gsm8k" "")
-if [ "$format" = tags ]; then tool_data=$(gsm8k_train "$work/gsm8k_tags" "$tags_instruction"); else tool_data=$single_data; fi
+tool_data=$single_data
+[ "$format" != tags ] || tool_data=$(gsm8k_train "$work/gsm8k_tags" "$tags_instruction")
 
 # The budget both runs share: 32 prompts x 8 episodes a step, responses (every turn and tool reply) <= 768 tokens.
 common=(data.train_batch_size=32 rollout.n=8 data.max_prompt_length=512 data.max_response_length=768
