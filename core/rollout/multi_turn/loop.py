@@ -98,8 +98,9 @@ class MultiTurnRollout(RolloutBackend):
                        if (calls := self._take_turn(episode, completion, budget, last_turn))]
             start = time.perf_counter()
             outcomes_by_episode = self._run_calls(pending)
+            elapsed = time.perf_counter() - start
             for episode, _ in pending:  # shares add up to the phase's wall time, whatever the concurrency
-                episode.tool_wall_s += (time.perf_counter() - start) / len(pending)
+                episode.tool_wall_s += elapsed / len(pending)
             for (episode, calls), outcomes in zip(pending, outcomes_by_episode, strict=True):
                 self._observe(episode, calls, outcomes)
         return self._to_batch(repeated, episodes)
