@@ -64,9 +64,10 @@ def main() -> int:
         rollout.sleep = measured_sleep
 
     memory = PeakMemoryMonitor()  # nvidia-smi: vLLM's pool too, which torch's counters miss
+    device = device_name()  # once: the report is rewritten after every step
 
     def report() -> dict:
-        return {"device": device_name(), "model_dir": args.model_dir, "steps": steps,
+        return {"device": device, "model_dir": args.model_dir, "steps": steps,
                 "sleeps": sleeps, "config": {k: str(v) for k, v in _config_summary(config).items()},
                 "command": "python " + " ".join(sys.argv), "peak_memory_gib": memory.peaks_gib(),
                 "versions": versions(config.rollout.name)}

@@ -73,8 +73,8 @@ def engine_reading(engine: str, tool: dict | None, single: dict | None) -> list[
 
 
 def page(results: Path) -> list[str]:
-    runs = {path.parent.name: report for path, report in
-            zip(sorted(results.glob("*/grpo.json")), load_results(results.glob("*/grpo.json")))}
+    paths = sorted(results.glob("*/grpo.json"))  # load_results reads them in this same order
+    runs = dict(zip((path.parent.name for path in paths), load_results(paths), strict=True))
     if not runs:
         raise SystemExit(f"{results}: no */grpo.json (run bash bench/tool_use_gpu.sh MODEL first)")
     first = next(iter(runs.values()))
