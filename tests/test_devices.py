@@ -123,6 +123,9 @@ def test_train_refuses_trainer_device_cuda_on_a_cpu_node(gpus, fast_overrides, t
      "more prompts inside the rollout, which then runs beside the training step; run it with trainer.schedule=sync"),
     ("grpo", ["trainer.schedule=async", "trainer.max_staleness=0"],
      "trainer.max_staleness=0 is out of range — expected ≥ 1"),
+    ("grpo", ["trainer.schedule=one_step_off", "trainer.max_staleness=2"],
+     "trainer.max_staleness=2 with trainer.schedule=one_step_off — only the async schedule reads it "
+     "(one_step_off's staleness is fixed at 1); set trainer.schedule=async or leave trainer.max_staleness unset (null)"),
 ])
 def test_train_refuses_what_cannot_run_off_policy(recipe, overrides, message, fast_overrides, tmp_path, capsys):
     err = train_refused(capsys, tmp_path, fast_overrides, *overrides, recipe=recipe)

@@ -4,16 +4,18 @@ run's, and the off-policy correction weighs its tokens as computed by hand."""
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from core.cli import main
 from core.config import ConfigError, load_config
 from core.config.validate import validate_config
 from core.trainer.checkpoint import latest_checkpoint, read_trainer_state
 from core.trainer.metrics import staleness_metrics
-from core.trainer.schedule import SCHEDULES
+from core.trainer.schedule import DEFAULT_MAX_STALENESS, SCHEDULES, AsyncSchedule
 from recipes.grpo.trainer import GRPOTrainer
 
 STEPS = 3
@@ -28,7 +30,7 @@ def record_run(model_dir, tmp_path, schedule):
     config = load_config("grpo", [
         f"model.path={model_dir}", "trainer.test_freq=0", "data.train_batch_size=4", "actor.ppo_mini_batch_size=2",
         "rollout.n=2", "data.max_response_length=6", "tracking.backends=[console]", f"trainer.total_steps={STEPS}",
-        f"trainer.schedule={schedule}", "trainer.max_staleness=2", "trainer.save_freq=2",
+        f"trainer.schedule={schedule}", "trainer.save_freq=2",  # async: the default bound of 2
         f"reward.custom_function.path={reward}", "algorithm.rollout_correction.mode=tis",
         "algorithm.rollout_correction.tis_cap=1.001", "actor.lr=0.01",
         f"trainer.output_dir={tmp_path}/{schedule}"])
@@ -136,6 +138,27 @@ def test_what_cannot_run_one_step_off_is_refused_before_anything_starts(override
     with pytest.raises(ConfigError) as info:
         validate_config(load_config("grpo", overrides), (1, "one process"))
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("schedule, fixed", [("sync", 0), ("one_step_off", 1)])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_staleness_bound_the_schedule_would_ignore_is_refused_in_one_line(schedule, fixed, dry_run, capsys):
+    code = main(["train", "--recipe", "grpo", *(["--dry-run"] if dry_run else []), f"trainer.schedule={schedule}",
+                 "trainer.max_staleness=3"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (
+        f"recipezoo: config error: trainer.max_staleness=3 with trainer.schedule={schedule} — only the async "
+        f"schedule reads it ({schedule}'s staleness is fixed at {fixed}); set trainer.schedule=async or leave "
+        "trainer.max_staleness unset (null)")
+
+
+def test_async_without_a_bound_keeps_the_default_of_two():
+    config = load_config("grpo", ["trainer.schedule=async"])
+    assert config.trainer.max_staleness is None
+    validate_config(config, (1, "one process"))
+    schedule = AsyncSchedule(SimpleNamespace(config=config, tokenizer=None))
+    assert schedule.max_staleness == DEFAULT_MAX_STALENESS == 2
+    schedule.close()
 
 
 def test_a_rollout_worker_killed_mid_generation_stops_the_run_and_its_checkpoint_resumes(random_model_dir, tmp_path):

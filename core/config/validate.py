@@ -69,6 +69,7 @@ KINDS_BEYOND_DEFAULT = {
     "actor.lora.rank": ("int", "null"),  # null = off
     "actor.lora.target_modules": ("str", "list"),  # all-linear or module names
     "trainer.stream_groups": ("int", "null"),  # null = whole batches
+    "trainer.max_staleness": ("int", "null"),  # null = async's default bound
     "rollout.multi_turn.env": ("str", "null"),  # null = function tools
 }
 RANGES = {  # key -> the valid range, as the error states it
@@ -121,6 +122,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_algorithm(resolved)
     check_lora(resolved)
     check_schedule(resolved)
+    check_max_staleness(resolved)
     check_stream_groups(resolved)
     check_rollout_log_probs(resolved)
     check_placement(resolved)
@@ -287,6 +289,15 @@ def check_schedule(resolved: dict) -> None:
         if refused:
             raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.schedule={schedule} — {why}; "
                               "run it with trainer.schedule=sync")
+
+
+def check_max_staleness(resolved: dict) -> None:
+    """A bound given to a schedule that would ignore it: its default is null so that a set one can be told apart."""
+    bound, schedule = resolved["trainer"]["max_staleness"], resolved["trainer"]["schedule"]
+    if bound is not None and schedule != "async":
+        raise ConfigError(f"trainer.max_staleness={bound} with trainer.schedule={schedule} — only the async schedule "
+                          f"reads it ({schedule}'s staleness is fixed at {SCHEDULES[schedule].max_staleness}); set "
+                          "trainer.schedule=async or leave trainer.max_staleness unset (null)")
 
 
 def check_trainer_class(trainer_cls, config) -> None:

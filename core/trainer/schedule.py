@@ -48,6 +48,10 @@ from core.rollout.partial import generate_in_segments
 from core.tracking.metrics import timed
 from core.trainer.metrics import staleness_metrics
 
+# trainer.max_staleness under async when the config leaves it null. The key's default is null, not this,
+# so the config check can refuse a bound given to a schedule that would ignore it (core/config/validate.py).
+DEFAULT_MAX_STALENESS = 2
+
 
 class SyncSchedule:
     name = "sync"
@@ -182,7 +186,8 @@ class AsyncSchedule(OneStepOffSchedule):
 
     def __init__(self, trainer):
         super().__init__(trainer)
-        self.max_staleness = trainer.config.trainer.max_staleness
+        bound = trainer.config.trainer.max_staleness
+        self.max_staleness = DEFAULT_MAX_STALENESS if bound is None else bound
         self.stream_groups = trainer.config.trainer.stream_groups  # prompts per part; None: the whole batch
         self.no_sync_waiting = threading.Event()  # cleared while a weight sync waits for the engine
         self.no_sync_waiting.set()
