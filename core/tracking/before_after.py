@@ -22,6 +22,7 @@ from core.tracking.seed_stats import SeedStats
 from core.tracking.suite_rank import (
     SUITE_MEAN,
     check_comparable,
+    evidence_lines,
     rank_rows,
     rank_text,
     ranking_lines,
@@ -442,7 +443,8 @@ def render_before_after(section: BeforeAfter, plot: str | None = None) -> list[s
         lines += ["", f"## {_training_task(rows)}, pretrained model `{model}`"]
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
-        lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite_columns(section.columns)))
+        suite = suite_columns(section.columns)
+        lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite)) + evidence_lines(rows, suite)
         lines += _details(section, rows) if rows else []
     if section.left_out:
         lines += ["", "Not counted:", ""] + [f"- {_md(why)}" for why in section.left_out]

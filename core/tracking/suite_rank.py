@@ -14,6 +14,7 @@ from __future__ import annotations
 from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.ranking import Ranking, rank_by_significance
 from core.tracking.run_export import MODEL_SHA_TAG, LeaderboardError
+from core.tracking.seed_power import separation_lines, spread_lines
 from core.tracking.seed_stats import SeedStats
 
 # What every row of a section must share (the learning rate is a recipe's own setting: LoRA rows tune theirs).
@@ -109,3 +110,14 @@ def ranking_lines(ranking: Ranking | None) -> list[str]:
         verdict = ("a > b" if test.t > 0 else "b > a") if adjusted < ranking.alpha else "tied"
         lines.append(f"| {a} | {b} | {test.t:.2f} | {test.df:.1f} | {test.p:.4f} | {adjusted:.4f} | {verdict} |")
     return lines + ["", "</details>"]
+
+
+def evidence_lines(rows: list, columns: list) -> list[str]:
+    """How far the suite's rows are from separating: seeds each would need against the best, and which tasks make
+    the seed spread (seed_power.py). Nothing without suite columns."""
+    if not columns:
+        return []
+    samples = {row.recipe: (stats.values if (stats := suite_stats(row, columns)) else ()) for row in rows}
+    per_task = {column.data_source: [stats.values for row in rows if (stats := row.after(column))]
+                for column in columns}
+    return separation_lines(samples, SUITE_MEAN) + spread_lines(per_task)

@@ -1,0 +1,85 @@
+"""What more evidence would take: the seeds that would separate a recipe from the best, and the tasks that make
+the seed spread.
+
+A table whose tests separate no recipes says only that the measured gaps are within what its seeds resolve. Two
+figures say how far from a ranking it is:
+
+- *Seeds to separate a recipe from the best*: the least n (seeds for each of the two recipes) at which Welch's
+  test of the two, with their measured means and stds held fixed, gives p < α/m, m the pairs the table corrects
+  for (ranking.py). Below α/m a pair differs under Holm's correction whatever the other pairs' p-values are, so
+  this n suffices. It plans, it does not promise: new seeds move the means and stds too.
+- *Each task's seed spread*: the pooled within-recipe variance of its accuracy, Σ (n_r − 1) s_r² / Σ (n_r − 1)
+  over the recipes r, and its share of the sum over tasks. The suite mean's variance over seeds is that sum
+  over T² plus the tasks' covariances, so a task with a large share is the one that keeps rows from separating.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from core.tracking.ranking import ALPHA, t_two_sided_p
+
+MOST_SEEDS = 1000  # beyond this, "more than": a gap that small is a tie for any budget worth running
+
+
+def seeds_to_separate(a: tuple[float, ...], b: tuple[float, ...], comparisons: int, alpha: float = ALPHA,
+                      most: int = MOST_SEEDS) -> int | None:
+    """The least n ≥ 2 at which Welch's test of two samples of n seeds, with a's and b's mean and std, reaches
+    p < alpha / comparisons; None if the means are equal or n would exceed `most`."""
+    difference = statistics.fmean(a) - statistics.fmean(b)
+    if difference == 0:
+        return None
+    var_a, var_b = statistics.variance(a), statistics.variance(b)
+    for n in range(2, most + 1):
+        va, vb = var_a / n, var_b / n
+        if va + vb == 0:
+            return n
+        t = difference / math.sqrt(va + vb)
+        df = (va + vb) ** 2 / ((va ** 2 + vb ** 2) / (n - 1))
+        if t_two_sided_p(t, df) < alpha / comparisons:
+            return n
+    return None
+
+
+def pooled_seed_variance(samples: list[tuple[float, ...]]) -> float | None:
+    """Σ (n_r − 1) s_r² / Σ (n_r − 1) over the samples with two values or more; None without any."""
+    tested = [values for values in samples if len(values) >= 2]
+    degrees = sum(len(values) - 1 for values in tested)
+    if not degrees:
+        return None
+    return sum((len(values) - 1) * statistics.variance(values) for values in tested) / degrees
+
+
+def separation_lines(samples: dict[str, tuple[float, ...]], label: str) -> list[str]:
+    """Per recipe below the best (by mean): its gap and the seeds that would separate the two."""
+    tested = {name: values for name, values in samples.items() if len(values) >= 2}
+    if len(tested) < 2:
+        return []
+    comparisons = len(tested) * (len(tested) - 1) // 2
+    ordered = sorted(tested, key=lambda name: statistics.fmean(tested[name]), reverse=True)
+    best = ordered[0]
+    lines = ["", f"Seeds that would separate each recipe from the best ({best}) on the {label}, if both kept their "
+             f"measured mean and std: the least n seeds each at which Welch's p < α/m = {ALPHA}/{comparisons} "
+             "(enough under Holm's correction whatever the other pairs show; seed_power.py).", "",
+             f"| recipe | {label} | below {best} | seeds now | seeds to separate |", "|---|---:|---:|---:|---:|"]
+    for name in ordered[1:]:
+        needed = seeds_to_separate(tested[best], tested[name], comparisons)
+        gap = statistics.fmean(tested[best]) - statistics.fmean(tested[name])
+        lines.append(f"| {name} | {statistics.fmean(tested[name]):.3f} | {gap:.3f} | {len(tested[name])} | "
+                     f"{needed if needed else f'> {MOST_SEEDS}'} |")
+    return lines
+
+
+def spread_lines(per_task: dict[str, list[tuple[float, ...]]]) -> list[str]:
+    """Per task: the pooled seed std of its accuracy and its share of the tasks' summed seed variance."""
+    variances = {task: var for task, samples in per_task.items() if (var := pooled_seed_variance(samples)) is not None}
+    total = sum(variances.values())
+    if not variances or total == 0:
+        return []
+    lines = ["", "Which tasks make the seed spread: each task's pooled within-recipe seed std and its share of the "
+             "tasks' summed seed variance (seed_power.py).", "",
+             "| task | pooled seed std | share |", "|---|---:|---:|"]
+    for task, var in sorted(variances.items(), key=lambda item: item[1], reverse=True):
+        lines.append(f"| {task} | {math.sqrt(var):.3f} | {var / total:.0%} |")
+    return lines

@@ -1,0 +1,46 @@
+"""seed_power: the seeds that would separate two recipes, and each task's share of the seed spread, checked
+against figures worked by hand."""
+
+import pytest
+
+from core.tracking.seed_power import pooled_seed_variance, separation_lines, seeds_to_separate, spread_lines
+
+# Means 0.42 and 0.32, each with sample variance 0.0008. With n seeds each, the difference's standard error is
+# √(2 · 0.0008 / n) = 0.04 / √n, so t = 2.5 √n, and Welch's df = 2 (n − 1).
+HIGH, LOW = (0.40, 0.44), (0.30, 0.34)
+
+
+def test_two_seeds_fall_short_and_three_reach_five_percent():
+    # n = 2: t = 3.536 with df = 2, where p = 1 − t / √(t² + 2) = 1 − 3.536 / 3.808 = 0.0715 > 0.05.
+    # n = 3: t = 4.330 with df = 4, above the 5% two-sided critical value 2.776.
+    assert seeds_to_separate(HIGH, LOW, comparisons=1) == 3
+
+
+def test_more_comparisons_ask_for_more_seeds():
+    # α/m = 0.005: n = 3 gives t = 4.330 with df = 4, below the 0.5% critical value 4.604; n = 4 gives t = 5.0 with
+    # df = 6, above its 4.317.
+    assert seeds_to_separate(HIGH, LOW, comparisons=10) == 4
+
+
+def test_equal_means_never_separate_and_constant_unequal_ones_at_once():
+    assert seeds_to_separate(HIGH, (0.44, 0.40), comparisons=1) is None
+    assert seeds_to_separate((0.5, 0.5), (0.4, 0.4), comparisons=100) == 2
+
+
+def test_a_gap_too_small_for_the_cap_says_so():
+    assert seeds_to_separate((0.40, 0.50), (0.39, 0.51), comparisons=105, most=50) is None
+
+
+def test_pooled_variance_weighs_each_recipe_by_its_degrees_of_freedom():
+    # variances 2 (one df) and 4 (two df): (1·2 + 2·4) / 3; a single seed adds nothing.
+    assert pooled_seed_variance([(1.0, 3.0), (2.0, 4.0, 6.0), (9.0,)]) == pytest.approx(10 / 3)
+    assert pooled_seed_variance([(1.0,)]) is None
+
+
+def test_the_tables_name_the_best_and_the_task_that_spreads_most():
+    lines = separation_lines({"low": LOW, "high": HIGH, "alone": (0.9,)}, "suite mean")
+    assert lines[-1] == "| low | 0.320 | 0.100 | 2 | 3 |"
+    assert "from the best (high)" in lines[1] and "0.05/1 " in lines[1]
+    spread = spread_lines({"steady": [(0.5, 0.5), (0.2, 0.2)], "noisy": [(0.1, 0.3)], "calm": [(0.40, 0.44)]})
+    # noisy: variance 0.02, calm: 0.0008, steady: 0; shares of 0.0208.
+    assert spread[-3:] == ["| noisy | 0.141 | 96% |", "| calm | 0.028 | 4% |", "| steady | 0.000 | 0% |"]
