@@ -11,7 +11,7 @@ pytest.importorskip("reasoning_gym")
 
 from core.cli import main as recipezoo  # noqa: E402
 from core.data.dataset import read_rows  # noqa: E402
-from core.data.reasoning_gym import TaskError, parse_difficulty, write_suite  # noqa: E402
+from core.data.reasoning_gym import TaskError, constant_answer, parse_difficulty, write_suite  # noqa: E402
 from core.reward.manager import RewardManager  # noqa: E402
 from core.reward.reasoning_gym import compute_score, extract_answer  # noqa: E402
 
@@ -20,7 +20,7 @@ ONE_DIGIT = ["basic_arithmetic.max_digits=1", "basic_arithmetic.max_terms=2", "b
 
 
 def test_writes_train_and_test_in_verl_schema(tmp_path):
-    written = write_suite(["basic_arithmetic", "syllogism"], ONE_DIGIT, tmp_path, size=30, test_size=5, seed=0)
+    written, _ = write_suite(["basic_arithmetic", "syllogism"], ONE_DIGIT, tmp_path, size=30, test_size=5, seed=0)
     assert [(path.name, count) for path, count in written] == [("train.parquet", 60), ("test.parquet", 10)]
     train, test = read_rows(tmp_path / "train.parquet"), read_rows(tmp_path / "test.parquet")
     assert {row["data_source"] for row in train} == {"reasoning_gym/basic_arithmetic", "reasoning_gym/syllogism"}
@@ -48,6 +48,9 @@ def test_writes_train_and_test_in_verl_schema(tmp_path):
     (["--tasks", "syllogism", "--size", "0"], "--size=0: expected a positive number of rows per task"),
     (["--tasks", "simple_equations", "--difficulty", "simple_equations.operators=[+, -]"],
      "simple_equations with operators=('+', '-'): the generator rejected these settings"),
+    (["--tasks", "syllogism", "--size", "10", "--test-size", "100", "--max-constant-share", "0.5"],
+     "syllogism: 0.66 of its 100 test answers are 'Yes', above --max-constant-share 0.5"),
+    (["--tasks", "syllogism", "--max-constant-share", "10"], "--max-constant-share=10.0: expected a share between 0"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, expected):
     assert recipezoo(["data", "reasoning-gym", "--out", str(tmp_path / "out"), *argv]) == 2
@@ -69,6 +72,29 @@ def test_small_tasks_hold_out_their_test_questions(tmp_path):
 def test_suite_flags_belong_to_reasoning_gym(capsys):
     assert recipezoo(["data", "gsm8k", "--out", "x", "--tasks", "syllogism"]) == 2
     assert "--tasks belong to `recipezoo data reasoning-gym`" in capsys.readouterr().err
+    assert recipezoo(["data", "gsm8k", "--out", "x", "--max-constant-share", "0.1"]) == 2
+    assert "--max-constant-share belong to `recipezoo data reasoning-gym`" in capsys.readouterr().err
+
+
+def _rows_answering(*answers) -> list[dict]:
+    return [{"reward_model": {"ground_truth": json.dumps({"answer": answer})}} for answer in answers]
+
+
+def test_constant_answer_is_the_most_common_answers_share():
+    assert constant_answer(_rows_answering("7", "3", "7", "1")) == ("7", 0.5)
+    assert constant_answer(_rows_answering("No", "Yes")) == ("No", 0.5)  # a tie: the answer met first
+
+
+def test_syllogism_answers_yes_in_66_of_100(tmp_path, capsys):
+    """Counted by hand from the written test.parquet: syllogism at its defaults, seed 0, answers Yes 66 times."""
+    _, constant_answers = write_suite(["syllogism"], [], tmp_path, size=10, test_size=100, seed=0)
+    answers = [json.loads(row["reward_model"]["ground_truth"])["answer"] for row in read_rows(tmp_path / "test.parquet")]
+    assert answers.count("Yes") == 66 and answers.count("No") == 34
+    assert constant_answers == {"syllogism": ("Yes", 0.66)}
+    assert recipezoo(["data", "reasoning-gym", "--out", str(tmp_path / "cli"), "--tasks", "syllogism", "--size", "10",
+                      "--test-size", "100", "--max-constant-share", "0.66"]) == 0  # at the limit: allowed
+    last_line = capsys.readouterr().out.splitlines()[-1]
+    assert last_line == "syllogism: constant-answer share 0.66 (most common test answer 'Yes')"
 
 
 def test_difficulty_values_are_yaml():

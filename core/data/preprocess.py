@@ -212,24 +212,27 @@ def run(args: argparse.Namespace) -> int:
     """One command for both kinds of data: a benchmark (exit 1 on failure, as before) or reasoning-gym tasks
     (core/data/reasoning_gym.py; exit 2: everything it refuses is bad input)."""
     suite = args.benchmark == REASONING_GYM
-    misplaced = [flag for flag, value in (("--tasks", args.tasks), ("--difficulty", args.difficulty)) if value]
+    misplaced = [flag for flag, value in (("--tasks", args.tasks), ("--difficulty", args.difficulty),
+                                          ("--max-constant-share", args.max_constant_share is not None)) if value]
     if misplaced and not suite:
         print(f"recipezoo data: {' and '.join(misplaced)} belong to `recipezoo data reasoning-gym`, not "
               f"{args.benchmark}", file=sys.stderr)
         return 2
+    notes = []  # reasoning-gym: each task's constant-answer share
     try:
         if suite:
             from core.data import reasoning_gym
 
-            written = reasoning_gym.write_suite_from_args(args)
+            written, constant_answers = reasoning_gym.write_suite_from_args(args)
+            notes = reasoning_gym.constant_answer_lines(constant_answers)
         else:
             written = preprocess(args.benchmark, args.out, local=args.local, split=args.split,
                                  instruction=args.instruction)
     except (ValueError, OSError) as error:  # reasoning_gym.TaskError is a ValueError
         print(f"recipezoo data{' reasoning-gym' if suite else ''}: {error}", file=sys.stderr)
         return 2 if suite else 1
-    for path, count in written:
-        print(f"{path}: {count} rows", flush=True)
+    for line in [f"{path}: {count} rows" for path, count in written] + notes:
+        print(line, flush=True)
     return 0
 
 
@@ -254,5 +257,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     suite.add_argument("--size", type=int, default=2000, help="training rows per task")
     suite.add_argument("--test-size", type=int, default=200, help="test rows per task (none also in train)")
     suite.add_argument("--seed", type=int, default=0, help="the generators' seed (test rows use another stream)")
+    suite.add_argument("--max-constant-share", type=float, default=None, metavar="X",
+                       help="refuse a task whose most common test answer is more than this share of its test rows "
+                            "(what always giving that answer would score); default: no limit")
     parser.set_defaults(handler=run)
     return parser

@@ -10,6 +10,11 @@ task's own verifier reads (core/reward/reasoning_gym.py). `--difficulty TASK.KEY
 task's config dataclass (values read as YAML: `3`, `[+, -]`, `false`); the chosen settings are written into
 every row's extra_info, so a table can state them.
 
+After writing it prints each task's constant-answer share: the share of its test rows whose answer is the most
+common test answer, i.e. what always giving that one answer scores. A task with a tiny answer set (syllogism:
+Yes/No) can be "learnt" by RL as a constant; `--max-constant-share 0.1` refuses such a task before anything
+is written.
+
 Generators come from `reasoning-gym` (`pip install reasoning-gym`; https://github.com/open-thought/reasoning-gym).
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 from core.data.dataset import write_rows
@@ -60,7 +66,7 @@ def parse_difficulty(items: list[str], tasks: list[str]) -> dict[str, dict]:
     return settings
 
 
-def check_tasks(tasks: list[str], size: int, test_size: int) -> None:
+def check_tasks(tasks: list[str], size: int, test_size: int, max_constant_share: float | None = None) -> None:
     datasets = registered_tasks()
     unknown = [task for task in tasks if task not in datasets]
     if unknown:
@@ -71,6 +77,8 @@ def check_tasks(tasks: list[str], size: int, test_size: int) -> None:
     for flag, value in (("--size", size), ("--test-size", test_size)):
         if value < 1:
             raise TaskError(f"{flag}={value}: expected a positive number of rows per task")
+    if max_constant_share is not None and not 0 <= max_constant_share <= 1:
+        raise TaskError(f"--max-constant-share={max_constant_share}: expected a share between 0 and 1, e.g. 0.1")
 
 
 def generate(task: str, settings: dict, size: int, seed: int) -> list[dict]:
@@ -130,22 +138,51 @@ def _distinct(entries: list[dict], count: int, seen: set[str]) -> list[dict]:
     return kept
 
 
+def constant_answer(test_rows: list[dict]) -> tuple[str, float]:
+    """(most common answer, its share of `test_rows`): what a policy that always gives that answer scores.
+    On a tie the answer met first is named; the share is the same whichever is."""
+    answers = Counter(str(json.loads(row["reward_model"]["ground_truth"])["answer"]) for row in test_rows)
+    answer, count = answers.most_common(1)[0]
+    return answer, count / len(test_rows)
+
+
+def refuse_constant_answer(task: str, test_rows: list[dict], max_constant_share: float | None) -> tuple[str, float]:
+    """The task's (answer, share); a share above `max_constant_share` is a TaskError naming both."""
+    answer, share = constant_answer(test_rows)
+    if max_constant_share is not None and share > max_constant_share:
+        raise TaskError(f"{task}: {share:.2f} of its {len(test_rows)} test answers are {answer!r}, above "
+                        f"--max-constant-share {max_constant_share} (always answering {answer!r} would score that); "
+                        "make the answers more varied (--difficulty) or pick another task")
+    return answer, share
+
+
 def write_suite(tasks: list[str], difficulty: list[str], out_dir: str | Path, *, size: int, test_size: int,
-                seed: int, instruction: str = INSTRUCTION) -> list[tuple[Path, int]]:
-    """Check everything, generate every task, then write train.parquet (interleaved) and test.parquet."""
-    check_tasks(tasks, size, test_size)
+                seed: int, instruction: str = INSTRUCTION, max_constant_share: float | None = None,
+                ) -> tuple[list[tuple[Path, int]], dict[str, tuple[str, float]]]:
+    """Check everything, generate every task, then write train.parquet (interleaved) and test.parquet.
+    Returns ((path, rows) per file, {task: (most common test answer, its share)})."""
+    check_tasks(tasks, size, test_size, max_constant_share)
     settings = parse_difficulty(difficulty, tasks)
-    train, test = [], []
+    train, test, constant_answers = [], [], {}
     for task in tasks:
         task_train, task_test = task_rows(task, settings[task], size, test_size, seed, instruction)
+        constant_answers[task] = refuse_constant_answer(task, task_test, max_constant_share)
         train += task_train
         test += task_test
     random.Random(seed).shuffle(train)  # each batch mixes the tasks
     out = Path(out_dir)
-    return [(write_rows(rows, out / f"{split}.parquet"), len(rows)) for split, rows in (("train", train), ("test", test))]
+    written = [(write_rows(rows, out / f"{split}.parquet"), len(rows)) for split, rows in (("train", train), ("test", test))]
+    return written, constant_answers
 
 
-def write_suite_from_args(args) -> list[tuple[Path, int]]:
+def constant_answer_lines(constant_answers: dict[str, tuple[str, float]]) -> list[str]:
+    """One line per task for the command's output: task, most common test answer, its share."""
+    return [f"{task}: constant-answer share {share:.2f} (most common test answer {answer[:40]!r})"
+            for task, (answer, share) in constant_answers.items()]
+
+
+def write_suite_from_args(args) -> tuple[list[tuple[Path, int]], dict[str, tuple[str, float]]]:
     """`recipezoo data reasoning-gym ...`'s options (core/data/preprocess.py's parser) -> write_suite."""
     return write_suite(args.tasks or [], args.difficulty or [], args.out, size=args.size, test_size=args.test_size,
-                       seed=args.seed, instruction=INSTRUCTION if args.instruction is None else args.instruction)
+                       seed=args.seed, instruction=INSTRUCTION if args.instruction is None else args.instruction,
+                       max_constant_share=args.max_constant_share)
