@@ -52,6 +52,8 @@ class Suite:
     own_leaderboard: bool      # True: results/<results_dir>/leaderboard.md; False: a section of results/leaderboard.md
     max_response: int          # the suite's default data.max_response_length
     max_prompt: int            # its default data.max_prompt_length
+    tasks: tuple = ()          # reasoning-gym (task, settings) pairs, SUITE_TASKS' shape: train_file's folder holds them
+    max_constant_share: float | None = None  # `recipezoo data reasoning-gym --max-constant-share`
 
     def data_commands(self, data_dir: str, local_data: str | None) -> list[tuple[str, list[str]]]:
         """(parquet that must exist, `recipezoo` argv that makes it) for every file the suite reads."""
@@ -61,20 +63,32 @@ class Suite:
                 argv = ["data", name, "--out", f"{data_dir}/{name}", "--split", split]
                 argv += ["--local", f"{local_data}/{name}/{split}.jsonl"] if local_data else []
                 commands.append((f"{data_dir}/{name}/{split}.parquet", argv))
-        if self.name == "reasoning-gym":
-            argv = ["data", "reasoning-gym", "--out", f"{data_dir}/reasoning_gym", "--tasks",
-                    *[task for task, _ in SUITE_TASKS], "--size", str(SUITE_TRAIN_ROWS),
-                    "--test-size", str(SUITE_TEST_ROWS), "--seed", str(SUITE_SEED)]
-            settings = [f"{task}.{setting}" for task, task_settings in SUITE_TASKS for setting in task_settings]
-            commands.append((f"{data_dir}/{self.train_file}", argv + (["--difficulty", *settings] if settings else [])))
+        if self.tasks:
+            commands.append((f"{data_dir}/{self.train_file}", self.reasoning_gym_argv(data_dir)))
         return commands
+
+    def reasoning_gym_argv(self, data_dir: str) -> list[str]:
+        """`recipezoo data reasoning-gym` writing the suite's tasks into train_file's folder."""
+        folder = self.train_file.rpartition("/")[0]
+        argv = ["data", "reasoning-gym", "--out", f"{data_dir}/{folder}", "--tasks", *[task for task, _ in self.tasks],
+                "--size", str(SUITE_TRAIN_ROWS), "--test-size", str(SUITE_TEST_ROWS), "--seed", str(SUITE_SEED)]
+        if self.max_constant_share is not None:
+            argv += ["--max-constant-share", str(self.max_constant_share)]
+        settings = [f"{task}.{setting}" for task, task_settings in self.tasks for setting in task_settings]
+        return argv + (["--difficulty", *settings] if settings else [])
+
+
+def reasoning_gym_suite(name: str, folder: str, tasks: tuple, max_constant_share: float | None = None) -> Suite:
+    """A suite trained and validated on reasoning-gym tasks written to --data-dir/<folder>, with GSM8K, MATH-500
+    and AIME24 as further eval sets, its own MLflow experiment and results/<folder>/leaderboard.md."""
+    val_file = f"{folder}/test.parquet"
+    return Suite(name, f"{name}-leaderboard", f"{folder}/train.parquet", val_file,
+                 ((folder, val_file, 1, 0.0, 1.0, 256, ("strict",)), *BASELINE_EVAL_SETS), folder, True, 256, 512,
+                 tasks=tasks, max_constant_share=max_constant_share)
 
 
 SUITES = {
     "gsm8k": Suite("gsm8k", "gsm8k-leaderboard", "gsm8k/train.parquet", "gsm8k/test.parquet", BASELINE_EVAL_SETS,
                    "gsm8k_leaderboard", False, 384, 320),
-    "reasoning-gym": Suite("reasoning-gym", "reasoning-gym-leaderboard", "reasoning_gym/train.parquet",
-                           "reasoning_gym/test.parquet",
-                           (("reasoning_gym", "reasoning_gym/test.parquet", 1, 0.0, 1.0, 256, ("strict",)),
-                            *BASELINE_EVAL_SETS), "reasoning_gym", True, 256, 512),
+    "reasoning-gym": reasoning_gym_suite("reasoning-gym", "reasoning_gym", SUITE_TASKS),
 }
