@@ -7,6 +7,8 @@ of the before → after table, the MLflow experiment and where --merge writes it
 - `reasoning-gym`: SUITE_TASKS from reasoning-gym at the difficulties below, chosen so that SmolLM2-135M-Instruct
   starts between 5% and 50% on each (results/reasoning_gym/leaderboard.md gives the measured starts);
   GSM8K, MATH-500 and AIME24 stay as columns, evaluated as in the GSM8K section.
+- `reasoning-gym-open`: OPEN_SUITE_TASKS, reasoning-gym tasks with open answers (no answer is more than 10% of a
+  task's test problems), the same budget and eval sets; results/reasoning_gym_open/README.md.
 """
 
 from __future__ import annotations
@@ -37,6 +39,22 @@ SUITE_TASKS = (
     ("syllogism", ()),
     ("isomorphic_strings", ()),
     ("mahjong_puzzle", ("min_num_rounds=5", "max_num_rounds=12")),
+)
+
+# reasoning-gym-open: tasks whose answers are open (numbers, fractions, expressions), so that no single answer is more
+# than 10% of a task's 100 test problems (`--max-constant-share 0.1`): in the suite above syllogism is "Yes" 66 times,
+# isomorphic_strings "False" 54, mahjong_puzzle "Chi" 43, and its runs learn that constant. Arithmetic, algebra
+# (simple_equations), logic (aiw) and a game (countdown) at their easiest settings with open answers; even there
+# SmolLM2-135M-Instruct starts below 5% on those three and on leg_counting (results/reasoning_gym_open/candidates).
+OPEN_SUITE_TASKS = (
+    ("basic_arithmetic", ("max_digits=2", "max_terms=2", "operators=[+, -]", "allow_negation=false",
+                          "allow_parentheses=false")),
+    ("products", ("min_digits=1", "max_digits=2")),
+    ("leg_counting", ("min_animals=1", "max_animals=2", "max_instances=5")),
+    ("fraction_simplification", ("max_value=20", "max_factor=5", "styles=[plain]")),
+    ("simple_equations", ("min_terms=2", "max_terms=2", "max_value=30", "operators=[+, -]", "operators_weights=[0.5, 0.5]")),
+    ("aiw", ("max_entities=20",)),
+    ("countdown", ("min_numbers=2", "max_numbers=2", "max_value=20", "min_target=1", "max_target=100")),
 )
 SUITE_TRAIN_ROWS, SUITE_TEST_ROWS, SUITE_SEED = 500, 100, 0
 
@@ -91,4 +109,6 @@ SUITES = {
     "gsm8k": Suite("gsm8k", "gsm8k-leaderboard", "gsm8k/train.parquet", "gsm8k/test.parquet", BASELINE_EVAL_SETS,
                    "gsm8k_leaderboard", False, 384, 320),
     "reasoning-gym": reasoning_gym_suite("reasoning-gym", "reasoning_gym", SUITE_TASKS),
+    "reasoning-gym-open": reasoning_gym_suite("reasoning-gym-open", "reasoning_gym_open", OPEN_SUITE_TASKS,
+                                              max_constant_share=0.1),
 }

@@ -149,3 +149,49 @@ def test_driver_suite_files_budget_and_model_hash(tmp_path, random_model_dir, ca
         driver.main(["--suite", "reasoning-gym", "--model", random_model_dir, "--model-sha256", "0" * 64,
                      "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path / "data")])
     assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()
+
+
+def test_open_suite_has_its_own_files_experiment_and_share_limit(tmp_path):
+    """reasoning-gym-open writes its own folder, asks for --max-constant-share 0.1, trains and logs apart from
+    reasoning-gym, whose data command (the one its committed results were made with) stays as it was."""
+    import bench.gsm8k_leaderboard as driver
+    from bench.leaderboard_suites import SUITES
+
+    path, argv = SUITES["reasoning-gym-open"].data_commands(str(tmp_path), None)[-1]
+    assert path == f"{tmp_path}/reasoning_gym_open/train.parquet"
+    assert argv[argv.index("--out") + 1] == f"{tmp_path}/reasoning_gym_open"
+    assert argv[argv.index("--max-constant-share") + 1] == "0.1"
+    old_path, old_argv = SUITES["reasoning-gym"].data_commands(str(tmp_path), None)[-1]
+    assert old_path == f"{tmp_path}/reasoning_gym/train.parquet" and "--max-constant-share" not in old_argv
+    assert old_argv[old_argv.index("--tasks") + 1:old_argv.index("--size")] == [
+        "basic_arithmetic", "chain_sum", "gcd", "calendar_arithmetic", "syllogism", "isomorphic_strings", "mahjong_puzzle"]
+    args = driver.parse_args(["--suite", "reasoning-gym-open", "--model", "m"])
+    common = driver.run_overrides(args, tmp_path, "file:///store", 2048)
+    assert f"data.val_files={tmp_path / 'reasoning_gym_open/test.parquet'}" in common
+    assert "tracking.experiment=reasoning-gym-open-leaderboard" in common and "data.max_response_length=256" in common
+
+
+def test_open_suite_tasks_have_no_answer_above_a_tenth(tmp_path):
+    """Its 100 test problems a task, as the suite's data command draws them: no answer is more than 10 of them."""
+    from bench.leaderboard_suites import SUITES
+
+    suite = SUITES["reasoning-gym-open"]
+    difficulty = [f"{task}.{setting}" for task, settings in suite.tasks for setting in settings]
+    _, constant_answers = write_suite([task for task, _ in suite.tasks], difficulty, tmp_path, size=1, test_size=100,
+                                      seed=0)
+    assert max(share for _, share in constant_answers.values()) <= suite.max_constant_share == 0.1
+
+
+def test_candidate_table_row_per_task(tmp_path):
+    """bench/suite_candidates.sh's table: each task's prompts, start accuracy, constant-answer share and settings."""
+    from bench.suite_candidates_table import candidate_table
+
+    write_suite(["syllogism"], [], tmp_path, size=1, test_size=10, seed=0)
+    results = {"protocol": {"generation": {"model": "m", "max_tokens": 256, "rollout": "hf"}},
+               "results": {"reasoning_gym/syllogism": {"num_prompts": 10.0, "mean@1": 0.3},
+                           "all": {"num_prompts": 10.0, "mean@1": 0.3}}}
+    answers = [json.loads(row["reward_model"]["ground_truth"])["answer"] for row in read_rows(tmp_path / "test.parquet")]
+    share = max(answers.count("Yes"), answers.count("No")) / 10
+    table = candidate_table(results, read_rows(tmp_path / "test.parquet"), "bash bench/suite_candidates.sh m out.json")
+    assert table.startswith("`bash bench/suite_candidates.sh m out.json`")
+    assert f"| syllogism | 10 | 0.30 | {share:.2f} |" in table and "| defaults |" in table
