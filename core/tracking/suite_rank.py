@@ -41,10 +41,12 @@ def suite_stats(row, columns: list) -> SeedStats | None:
 
 def rank_rows(rows: list, columns: list) -> Ranking | None:
     """Ranks of one model's rows on the suite mean (None without suite columns)."""
-    if not columns:
-        return None
-    samples = {row.recipe: (stats.values if (stats := suite_stats(row, columns)) else ()) for row in rows}
-    return rank_by_significance(samples)
+    return rank_by_significance(suite_samples(rows, columns)) if columns else None
+
+
+def suite_samples(rows: list, columns: list) -> dict[str, tuple[float, ...]]:
+    """Each row's suite mean per seed (those seeds that have every task)."""
+    return {row.recipe: (stats.values if (stats := suite_stats(row, columns)) else ()) for row in rows}
 
 
 def _describe(values: dict[str, list[str]]) -> str:
@@ -117,7 +119,6 @@ def evidence_lines(rows: list, columns: list) -> list[str]:
     the seed spread (seed_power.py). Nothing without suite columns."""
     if not columns:
         return []
-    samples = {row.recipe: (stats.values if (stats := suite_stats(row, columns)) else ()) for row in rows}
     per_task = {column.data_source: [stats.values for row in rows if (stats := row.after(column))]
                 for column in columns}
-    return separation_lines(samples, SUITE_MEAN) + spread_lines(per_task)
+    return separation_lines(suite_samples(rows, columns), SUITE_MEAN) + spread_lines(per_task)
