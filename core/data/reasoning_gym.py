@@ -138,50 +138,69 @@ def _distinct(entries: list[dict], count: int, seen: set[str]) -> list[dict]:
     return kept
 
 
-def constant_answer(test_rows: list[dict]) -> tuple[str, float]:
-    """(most common answer, its share of `test_rows`): what a policy that always gives that answer scores.
+SMALL_ANSWER_SET = 5  # up to this many distinct test answers, the command lists each one's count
+
+
+def test_answers(test_rows: list[dict]) -> Counter:
+    """How many of `test_rows` have each answer, most common first."""
+    return Counter(str(json.loads(row["reward_model"]["ground_truth"])["answer"]) for row in test_rows)
+
+
+def most_common_share(answers: Counter) -> tuple[str, float]:
+    """(most common answer, its share): what a policy that always gives that answer scores.
     On a tie the answer met first is named; the share is the same whichever is."""
-    answers = Counter(str(json.loads(row["reward_model"]["ground_truth"])["answer"]) for row in test_rows)
     answer, count = answers.most_common(1)[0]
-    return answer, count / len(test_rows)
+    return answer, count / answers.total()
 
 
-def refuse_constant_answer(task: str, test_rows: list[dict], max_constant_share: float | None) -> tuple[str, float]:
-    """The task's (answer, share); a share above `max_constant_share` is a TaskError naming both."""
-    answer, share = constant_answer(test_rows)
+def constant_answer(test_rows: list[dict]) -> tuple[str, float]:
+    """`most_common_share` of the rows' answers."""
+    return most_common_share(test_answers(test_rows))
+
+
+def refuse_constant_answer(task: str, answers: Counter, max_constant_share: float | None) -> None:
+    """A TaskError naming the task's most common answer and its share when that share is above the limit."""
+    answer, share = most_common_share(answers)
     if max_constant_share is not None and share > max_constant_share:
-        raise TaskError(f"{task}: {share:.2f} of its {len(test_rows)} test answers are {answer!r}, above "
+        raise TaskError(f"{task}: {share:.2f} of its {answers.total()} test answers are {answer!r}, above "
                         f"--max-constant-share {max_constant_share} (always answering {answer!r} would score that); "
                         "make the answers more varied (--difficulty) or pick another task")
-    return answer, share
 
 
 def write_suite(tasks: list[str], difficulty: list[str], out_dir: str | Path, *, size: int, test_size: int,
                 seed: int, instruction: str = INSTRUCTION, max_constant_share: float | None = None,
-                ) -> tuple[list[tuple[Path, int]], dict[str, tuple[str, float]]]:
+                ) -> tuple[list[tuple[Path, int]], dict[str, Counter]]:
     """Check everything, generate every task, then write train.parquet (interleaved) and test.parquet.
-    Returns ((path, rows) per file, {task: (most common test answer, its share)})."""
+    Returns ((path, rows) per file, {task: its test answers' counts})."""
     check_tasks(tasks, size, test_size, max_constant_share)
     settings = parse_difficulty(difficulty, tasks)
-    train, test, constant_answers = [], [], {}
+    train, test, answers_by_task = [], [], {}
     for task in tasks:
         task_train, task_test = task_rows(task, settings[task], size, test_size, seed, instruction)
-        constant_answers[task] = refuse_constant_answer(task, task_test, max_constant_share)
+        answers_by_task[task] = test_answers(task_test)
+        refuse_constant_answer(task, answers_by_task[task], max_constant_share)
         train += task_train
         test += task_test
     random.Random(seed).shuffle(train)  # each batch mixes the tasks
     out = Path(out_dir)
     written = [(write_rows(rows, out / f"{split}.parquet"), len(rows)) for split, rows in (("train", train), ("test", test))]
-    return written, constant_answers
+    return written, answers_by_task
 
 
-def constant_answer_lines(constant_answers: dict[str, tuple[str, float]]) -> list[str]:
-    """One line per task for the command's output: task, most common test answer, its share."""
-    return [f"{task}: constant-answer share {share:.2f} (most common test answer {answer[:40]!r})"
-            for task, (answer, share) in constant_answers.items()]
+def constant_answer_lines(answers_by_task: dict[str, Counter]) -> list[str]:
+    """One line per task for the command's output: its most common test answer and that answer's share, and each
+    answer's count where there are few (a task a constant can score on)."""
+    lines = []
+    for task, answers in answers_by_task.items():
+        answer, share = most_common_share(answers)
+        line = f"{task}: constant-answer share {share:.2f} (most common test answer {answer[:40]!r})"
+        if len(answers) <= SMALL_ANSWER_SET:
+            line += f"; its {len(answers)} answers: " + ", ".join(f"{a[:40]} {n}" for a, n in answers.most_common())
+        lines.append(line)
+    return lines
 
 
-def write_suite_from_args(args) -> tuple[list[tuple[Path, int]], dict[str, tuple[str, float]]]:
+def write_suite_from_args(args) -> tuple[list[tuple[Path, int]], dict[str, Counter]]:
     """`recipezoo data reasoning-gym ...`'s options (core/data/preprocess.py's parser) -> write_suite."""
     return write_suite(args.tasks or [], args.difficulty or [], args.out, size=args.size, test_size=args.test_size,
                        seed=args.seed, instruction=INSTRUCTION if args.instruction is None else args.instruction,
