@@ -28,7 +28,8 @@ from recipes.grpo.trainer import GRPOTrainer  # noqa: E402
 
 KEPT = ("timing_s/step", "timing_s/gen", "timing_s/tool", "timing_s/reward", "timing_s/old_log_prob",
         "timing_s/update_actor", "timing_s/sync_weights", "perf/throughput", "rollout/logprob_diff/mean",
-        "rollout/logprob_diff/max", "response_length/mean", "critic/score/mean", "multi_turn/num_turns/mean",
+        "rollout/logprob_diff/max", "rollout/logprob_diff/first_turn_mean",
+        "rollout/logprob_diff/later_turns_mean", "response_length/mean", "critic/score/mean", "multi_turn/num_turns/mean",
         "tool/call_rate", "tool/calls", "tool/errors", "tool/timeouts", "actor/grad_norm")
 
 

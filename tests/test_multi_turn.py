@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from transformers import AutoTokenizer
 
 from core.config import ConfigError
@@ -19,7 +20,7 @@ from core.rollout.multi_turn.actions import parse_hermes_calls, parse_tag_calls
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings, cut_middle
 from core.rollout.multi_turn.template import TurnTemplate, check_template_keeps_turns, matches_full_render
 from core.rollout.multi_turn.tools import ToolSpec
-from core.trainer.metrics import multi_turn_metrics
+from core.trainer.metrics import logprob_diff_metrics, multi_turn_metrics
 
 TOOLS = """
 def add(a: int, b: int) -> int:
@@ -273,3 +274,19 @@ def test_tool_files_are_pinned_to_absolute_paths_for_workers_elsewhere(tmp_path,
     pin_tool_paths(multi_turn)
     assert list(multi_turn.tools) == [f"{tmp_path}/my_tools.py:add", "core.models.calculator:calc"]
     assert multi_turn.env == f"{tmp_path}/env.py:Env"
+
+
+def test_logprob_diff_is_split_into_the_first_turn_and_the_later_turns():
+    # Two responses: [s s o o s s pad] (an observation after two sampled tokens) and [s s s pad pad pad pad].
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0]])
+    engine = torch.zeros(2, 7)
+    trainer = torch.tensor([[0.1, 0.3, 9.0, 9.0, 0.5, 0.7, 9.0], [0.2, 0.2, 0.2, 9.0, 9.0, 9.0, 9.0]])
+    batch = Batch({"response_mask": mask, "rollout_log_probs": engine, "old_log_probs": trainer})
+    metrics = logprob_diff_metrics(batch)
+    # First turns: 0.1, 0.3, 0.2, 0.2, 0.2 -> 1.0 / 5; later turns: 0.5, 0.7 -> 0.6; all seven: 2.2 / 7.
+    assert metrics["rollout/logprob_diff/first_turn_mean"] == pytest.approx(0.2)
+    assert metrics["rollout/logprob_diff/later_turns_mean"] == pytest.approx(0.6)
+    assert metrics["rollout/logprob_diff/mean"] == pytest.approx(2.2 / 7)
+    single = logprob_diff_metrics(Batch({"response_mask": mask[1:], "rollout_log_probs": engine[1:],
+                                         "old_log_probs": trainer[1:]}))
+    assert "rollout/logprob_diff/later_turns_mean" not in single

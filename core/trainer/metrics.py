@@ -76,10 +76,23 @@ def logprob_diff_metrics(batch: Batch) -> dict[str, float]:
     """|rollout − training| log-probs of the sampled tokens: the engines disagree more than float noise
     when their numerics, sampling temperature or weights differ, and PPO's ratio then starts off 1."""
     mask = batch["response_mask"].bool()  # (B, T_resp)
-    diff = (batch["rollout_log_probs"] - batch["old_log_probs"]).abs()[mask]
+    per_token = (batch["rollout_log_probs"] - batch["old_log_probs"]).abs()
+    diff = per_token[mask]
     if diff.numel() == 0:
         return {}
-    return {"rollout/logprob_diff/mean": diff.mean().item(), "rollout/logprob_diff/max": diff.max().item()}
+    metrics = {"rollout/logprob_diff/mean": diff.mean().item(), "rollout/logprob_diff/max": diff.max().item()}
+    later = later_turn_tokens(mask)
+    if later.any():  # multi-turn: a context rebuilt unlike what the engine saw shows in the later turns only
+        metrics["rollout/logprob_diff/first_turn_mean"] = per_token[mask & ~later].mean().item()
+        metrics["rollout/logprob_diff/later_turns_mean"] = per_token[later].mean().item()
+    return metrics
+
+
+def later_turn_tokens(mask: torch.Tensor) -> torch.Tensor:
+    """Sampled tokens after the response's first unsampled token (a tool's observation): turns 2, 3, …; the
+    right padding follows every sampled token, so it marks none."""
+    gap = ~mask & (mask.long().cumsum(dim=1) > 0)
+    return mask & (gap.long().cumsum(dim=1) > 0)
 
 
 def staleness_metrics(staleness: np.ndarray, max_staleness: int) -> dict[str, float]:
