@@ -32,6 +32,7 @@ from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
 from core.trainer.signals import StopRequest, deferred_stop
 from core.trainer.stops import Interrupted, RunHalted
+from core.trainer.timeline import SYNC, Timeline
 from core.trainer.validation import validate
 from core.trainer.workers import mini_batch_rows
 
@@ -49,6 +50,7 @@ class BaseTrainer:
         self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
         self.schedule = SCHEDULES[config.trainer.schedule](self)  # which weights generate a step's rollouts
         self.tracking = parts.tracking
+        self.timeline = Timeline(self.world, self.actor_rollout)  # who computes when, per step (timeline.py)
         self.resume_from = parts.resume_from
         self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
                                              keep_last=config.trainer.max_ckpt_to_keep)
@@ -73,7 +75,8 @@ class BaseTrainer:
             for step in range(first_step, total + 1):
                 self.stop_if_signalled(stop_request, last_step=step - 1)  # SIGTERM/SIGINT (signals.py)
                 self.global_step, self.timings, self.step_metrics = step, {}, {}
-                with step_profiler(self.config, step, self.world.rank, self.timings), timed("step", self.timings):
+                with (step_profiler(self.config, step, self.world.rank, self.timings), timed("step", self.timings),
+                      self.timeline.step(step)):
                     batch = self.stage("gen", self.schedule.next_rollout)  # draw prompts, generate (schedule.py)
                     batch = self.stage("reward", self.compute_rewards, batch)
                     batch = self.stage("old_log_prob", self.compute_log_probs, batch)
@@ -93,11 +96,12 @@ class BaseTrainer:
                 if self._due(step, save_freq, total):
                     self.save_checkpoint(step)
             self.stop_if_signalled(stop_request, last_step=total)  # a signal during the last step
+            self.timeline.write(self.tracking, self.world, self.config.trainer.output_dir)
         return val_metrics
 
     def stage(self, name: str, method, *args):
         """Run one step of the loop: timed, and its output batch checked against the contract."""
-        with timed(name, self.timings):
+        with timed(name, self.timings), self.timeline.stage(name):
             result = method(*args)
         if isinstance(result, Batch):
             expected = len(args[0]) if name != "gen" else None
@@ -190,7 +194,8 @@ class BaseTrainer:
         return self.actor_rollout.update_policy(batch)
 
     def sync_weights(self) -> None:
-        with self.schedule.weight_sync():  # waits for a rollout still generating on the old weights
+        # The schedule waits for a rollout still generating on the old weights; the span starts after it.
+        with self.schedule.weight_sync(), self.timeline.span("sync_weights", SYNC):
             self.actor_rollout.sync_weights()
 
     # ---- checkpoints --------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from core.rollout.base import SamplingParams, concat_rollouts, stop_token_ids
 from core.rollout.partial import generate_in_segments
 from core.tracking.metrics import timed
 from core.trainer.metrics import staleness_metrics
+from core.trainer.timeline import ROLLOUT
 
 # trainer.max_staleness under async when the config leaves it null. The key's default is null, not this,
 # so the config check can refuse a bound given to a schedule that would ignore it (core/config/validate.py).
@@ -87,7 +88,8 @@ class SyncSchedule:
     def _generate(self, prompts: Batch, params: SamplingParams | None = None) -> tuple[Batch, float]:
         """(rollout batch tagged with the engine's weight version, seconds it took)."""
         version, start = self.version, time.perf_counter()
-        batch = self.trainer.generate(prompts, params)  # params: a streamed part's own seed, else the step's
+        with self.trainer.timeline.span("generate", ROLLOUT):
+            batch = self.trainer.generate(prompts, params)  # params: a streamed part's own seed, else the step's
         batch.non_tensors["policy_version"] = np.full(len(batch), version, dtype=object)
         return batch, time.perf_counter() - start
 
@@ -238,7 +240,7 @@ class AsyncSchedule(OneStepOffSchedule):
 
         def on_engine(generate):
             def call(batch, params):
-                with self.engine:
+                with self.engine, trainer.timeline.span("generate", ROLLOUT):
                     return generate(batch, params)
             return call
 
