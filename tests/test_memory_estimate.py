@@ -77,3 +77,61 @@ def test_an_8b_lora_policy_fits_one_h100_by_hand():
     # bf16 base 2 B/param + 16 B per adapter parameter; no reference copy (the base is the reference).
     assert found.resident_gib == pytest.approx((8_190_735_360 * 2 + adapters * 16) / GIB)
     check_fits(found, 79.2)
+
+
+def phase_config(**overrides):
+    from core.config import load_config
+
+    return load_config("dapo", ["model.path=bench/configs/qwen3-8b", "model.init=random", "trainer.n_gpus_per_node=2",
+                                "rollout.name=vllm", "data.train_batch_size=16", "actor.ppo_mini_batch_size=8",
+                                "data.max_response_length=2048", "actor.micro_batch_size=16",
+                                "actor.gradient_checkpointing=true", "rollout.gpu_memory_utilization=0.35",
+                                *(f"{key}={value}" for key, value in overrides.items())])
+
+
+def phases(config, device_gib: float, ranks: int = 2) -> dict:
+    from core.trainer.memory_estimate import ModelShape, per_gpu_memory
+
+    return per_gpu_memory(config, ModelShape.from_pretrained("bench/configs/qwen3-8b"), 8_190_735_360, ranks,
+                          device_gib * GIB, with_reference=False, with_critic=False)
+
+
+def test_an_engine_share_too_large_for_the_gpu_names_the_share_that_fits():
+    from core.trainer.memory_estimate import check_phases
+
+    config = phase_config(**{"rollout.gpu_memory_utilization": 0.6})
+    # DAPO 8B on 2 H100s: 45.8 GiB of weights and moments + 0.6 · 79.2 = 47.5 GiB share + 3.4 runtime = 96.7 GiB;
+    # the share that fits: (79.2 - 45.8 - 3.4) / 79.2 = 0.38.
+    with pytest.raises(ValueError, match=r"generation needs 96\.7 GiB per GPU .* of a 79\.2 GiB GPU: lower "
+                                         r"rollout\.gpu_memory_utilization to 0\.38 or less"):
+        check_phases(config, phases(config, 79.2))
+
+
+def test_a_micro_batch_too_long_for_the_gpu_names_the_token_budget_that_fits():
+    from core.trainer.memory_estimate import check_phases
+
+    config = phase_config(**{"actor.micro_batch_tokens": 200_000})
+    found = phases(config, 139.8)
+    # 16 B × 8.19B / 2 = 61.03 GiB of state + 6.79 gathered + 200,000 tokens × 481,280 B = 89.65 + a 2.32 logits
+    # chunk + 3.4 runtime = 163.18 GiB.
+    assert found["training_allocated"] / GIB == pytest.approx(163.18, abs=0.005)
+    budget = int((139.8 * GIB - found["training_allocated"] + 200_000 * 481_280) / 481_280)
+    with pytest.raises(ValueError, match=rf"the update needs 163\.2 GiB per GPU .* of a 139\.8 GiB GPU: set "
+                                         rf"actor\.micro_batch_tokens={budget} or less \(now 200000 tokens"):
+        check_phases(config, found)
+    check_phases(phase_config(), phases(phase_config(), 139.8))  # the suite's DAPO on 2 H200s fits
+
+
+def test_the_launch_check_refuses_before_any_model_loads(monkeypatch):
+    import torch
+
+    from core.trainer.memory_estimate import check_run_fits
+
+    class H100:
+        total_memory = int(79.2 * GIB)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: H100())
+    config = phase_config(**{"trainer.device": "cuda", "rollout.gpu_memory_utilization": 0.6})
+    with pytest.raises(ValueError, match=r"^generation needs .* rollout\.gpu_memory_utilization to 0\.38 or less"):
+        check_run_fits(config, "bench/configs/qwen3-8b", 2, with_reference=False, with_critic=False)

@@ -12,9 +12,11 @@ that share with room for a KV cache); the HF backend holds a whole fp32 copy of 
 `trainer.placement=disaggregated` the engine has a GPU of its own, and the training GPUs hold no engine. Activations
 come on top and depend on micro-batching, so the check leaves 10% of the device for them and for CUDA's own context.
 
-`per_gpu_memory` is the longer arithmetic the scale plan (bench/scale_plan.py) records: the same sharded
-state, plus the all-gathered weights and the activations of one micro-batch, phase by phase (generation,
-with the engine awake; training, with it asleep).
+`per_gpu_memory` is the longer arithmetic the scale plan (bench/scale_plan.py) records and the launch
+check (`check_run_fits`) applies: the same sharded state, plus the all-gathered weights and the activations
+of one micro-batch, phase by phase (generation, with the engine awake; training, with it asleep), as
+nvidia-smi counts a GPU: with the CUDA runtime and the blocks PyTorch's caching allocator keeps, two terms
+fit on measured runs (RUNTIME_GIB, CACHED_ACTIVATION_SETS).
 """
 
 from __future__ import annotations
@@ -84,15 +86,16 @@ def count_adapter_parameters(config, model_path: str) -> int:
 
 
 def training_state(config, params: int, ranks: int, *, with_reference: bool, with_critic: bool,
-                   adapter_params: int = 0) -> dict[str, float]:
+                   adapter_params: int = 0, critic_params: int | None = None) -> dict[str, float]:
     """Bytes per GPU of what FSDP2 shards over `ranks`, by kind: fp32 weights (4 B a parameter; a LoRA
     base at its frozen dtype), fp32 gradients (4 B a trainable parameter), AdamW's two fp32 moments (8 B)
-    and the fp32 reference (4 B); PPO's critic adds its own 4 + 4 + 8. All 0 under actor.cpu_offload."""
+    and the fp32 reference (4 B); PPO's critic adds its own 4 + 4 + 8 for each of `critic_params` (None:
+    as many as the policy's; `ModelShape.value_params` counts them exactly). All 0 under actor.cpu_offload."""
     trainable = adapter_params or params
     weights = params * FROZEN_BASE_BYTES_PER_PARAM[config.actor.mixed_precision] + adapter_params * 4 \
         if adapter_params else params * 4
     reference = params * REFERENCE_BYTES_PER_PARAM * (with_reference and not adapter_params)
-    critic = params * with_critic
+    critic = (params if critic_params is None else critic_params) * with_critic
     state = {"weights": weights + 4 * critic, "grads": 4 * (trainable + critic),
              "optimizer": 8 * (trainable + critic), "reference": reference}
     on_gpu = not config.actor.cpu_offload
@@ -115,12 +118,9 @@ def estimate(config, params: int, ranks: int, device_gib: float, *, with_referen
 
 
 def check_fits(found: MemoryEstimate, device_gib: float) -> None:
-    """One-line error, naming the keys that change the answer, when the run cannot fit a GPU."""
-    if found.rollout_gib and found.rollout_weights_gib >= found.rollout_gib:
-        raise ValueError(
-            f"rollout.gpu_memory_utilization gives the engine {found.rollout_gib:.1f} GiB per GPU but its bf16 weights "
-            f"alone need {found.rollout_weights_gib:.1f} GiB ({found.params / 1e9:.2f}B parameters): raise "
-            "rollout.gpu_memory_utilization or rollout.tensor_model_parallel_size")
+    """One-line error, naming the keys that change the answer, when the run cannot fit a GPU (the dry run's
+    coarse check: activations as a 10% headroom; the launch checks each phase, `check_phases`)."""
+    check_engine_holds_weights(found)
     usable = device_gib * (1 - HEADROOM)
     if found.peak_gib > usable:
         raise ValueError(
@@ -129,16 +129,32 @@ def check_fits(found: MemoryEstimate, device_gib: float) -> None:
             "rollout.gpu_memory_utilization")
 
 
+def check_engine_holds_weights(found: MemoryEstimate) -> None:
+    if found.rollout_gib and found.rollout_weights_gib >= found.rollout_gib:
+        raise ValueError(
+            f"rollout.gpu_memory_utilization gives the engine {found.rollout_gib:.1f} GiB per GPU but its bf16 weights "
+            f"alone need {found.rollout_weights_gib:.1f} GiB ({found.params / 1e9:.2f}B parameters): raise "
+            "rollout.gpu_memory_utilization or rollout.tensor_model_parallel_size")
+
+
 def check_run_fits(config, model_path: str, ranks: int, *, with_reference: bool, with_critic: bool) -> None:
-    """On a CUDA machine, before any model loads: fail in one line when a GPU cannot hold the run."""
+    """On a CUDA machine, before any model loads or engine starts: fail in one line when a GPU cannot hold
+    the run: the engine's share against its weights, then each phase's certain memory with prompts at
+    data.max_prompt_length (`check_phases`)."""
     import torch
 
     if config.trainer.device == "cpu" or not torch.cuda.is_available():
         return
-    device_gib = torch.cuda.get_device_properties(0).total_memory / GIB
+    device_bytes = torch.cuda.get_device_properties(0).total_memory
     params = count_parameters(model_path, config.model.trust_remote_code, config.model.gguf_file)
-    check_fits(estimate(config, params, ranks, device_gib, with_reference=with_reference, with_critic=with_critic,
-                        adapter_params=count_adapter_parameters(config, model_path)), device_gib)
+    options = dict(with_reference=with_reference, with_critic=with_critic,
+                   adapter_params=count_adapter_parameters(config, model_path))
+    check_engine_holds_weights(estimate(config, params, ranks, device_bytes / GIB, **options))
+    try:
+        shape = ModelShape.from_pretrained(model_path, config.model.trust_remote_code, config.model.gguf_file)
+    except AttributeError:  # not a Llama-style decoder config: the engine-share check above is all there is
+        return
+    check_phases(config, per_gpu_memory(config, shape, params, ranks, device_bytes, **options))
 
 
 # ---- phase by phase (bench/scale_plan.py) ----------------------------------------------------------
@@ -152,6 +168,21 @@ LAYER_WIDTHS = {"hidden": 7, "kv": 3, "intermediate": 5}
 # one fp32 working copy and the bf16 gradient.
 LOGIT_CHUNK_BYTES_PER_ENTRY = 2 + 4 + 2
 PREFETCHED_LAYERS = 2  # FSDP2 all-gathers the next layer while this one computes
+# What nvidia-smi counts beyond PyTorch's tensors and the engine's share: the process's CUDA context, NCCL's
+# and cuBLAS's workspaces, vLLM's CUDA graphs. Not derivable from a config, so fit on the H200 rows whose peak
+# is the generation phase: PPO on 4 GPUs (issue 35: 96.3 GiB measured, 93.2 of state and engine share
+# computed) and DAPO's 2-GPU rank 0 (98.8 measured, 94.9 computed; results/scale/dapo_qwen3-8b_2gpu_torchrun.json).
+RUNTIME_GIB = 3.4
+# PyTorch's caching allocator hands a freed block only to a request no larger than it, and gives nothing
+# back until empty_cache (here: only when vLLM wakes). Packed micro-batches differ in length, and the no-grad
+# log-prob passes before the update cut blocks of other sizes, so a micro-batch longer than those before it
+# gets new blocks while the old stay reserved: nvidia-smi sees the token-sized activations held more than
+# once. How often depends on the order of lengths on each rank, so the count is fit, not derived: 1.6 more
+# sets puts the fullest GPU of each H200 row of issue 35 within 5 points (GRPO 2 GPUs 135.7 / 124.2 GiB on
+# rank 0 / 1, RLOO 2 GPUs 135.7 / 128.1, DAPO 2 GPUs 98.8 / 110.9, GRPO 4 GPUs 89-90). Single ranks held
+# 1.2 to 2.0 more sets; both 135.7s are probably the device's ceiling, 4.7 GiB short of it, where a larger
+# request makes the allocator free its cache and retry.
+CACHED_ACTIVATION_SETS = 1.6
 
 
 @dataclass(frozen=True)
@@ -167,10 +198,11 @@ class ModelShape:
     tied_embeddings: bool
 
     @classmethod
-    def from_pretrained(cls, model_path: str, trust_remote_code: bool = False) -> "ModelShape":
+    def from_pretrained(cls, model_path: str, trust_remote_code: bool = False,
+                        gguf_file: str | None = None) -> "ModelShape":
         from transformers import AutoConfig
 
-        c = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        c = AutoConfig.from_pretrained(model_path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         return cls(c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
                    getattr(c, "num_key_value_heads", None) or c.num_attention_heads, head_dim,
@@ -189,16 +221,22 @@ class ModelShape:
     def root_params(self) -> int:  # FSDP2's root unit: embeddings, final norm, LM head
         return self.vocab * self.hidden * (1 + (not self.tied_embeddings)) + self.hidden
 
+    @property
+    def value_params(self) -> int:  # PPO's critic: the same decoder with a scalar head in place of the LM head
+        return self.layers * self.layer_params + self.vocab * self.hidden + 2 * self.hidden
 
-def micro_batch_tokens(config, world: int) -> int:
+
+def micro_batch_tokens(config, world: int, prompt_tokens: float | None = None) -> int:
     """Tokens of the largest training micro-batch on one rank: `actor.micro_batch_tokens`, else
-    `actor.micro_batch_size` rows (fewer when a rank's share of a mini-batch is smaller) at full length,
-    packed into one row: the worst case, which a rollout that never stops early reaches."""
+    `actor.micro_batch_size` rows (fewer when a rank's share of a mini-batch is smaller), packed into one
+    row, each a prompt of `prompt_tokens` (the data's mean; None: `data.max_prompt_length`, the worst case)
+    and a response at full length, which a rollout that never stops early (random weights) reaches."""
     actor, data = config.actor, config.data
     if actor.micro_batch_tokens:
         return actor.micro_batch_tokens
     rows_per_rank = actor.ppo_mini_batch_size * config.rollout.n // max(world // actor.tensor_parallel_size, 1)
-    return min(actor.micro_batch_size, rows_per_rank) * (data.max_prompt_length + data.max_response_length)
+    prompt = data.max_prompt_length if prompt_tokens is None else prompt_tokens
+    return round(min(actor.micro_batch_size, rows_per_rank) * (prompt + data.max_response_length))
 
 
 def activation_bytes(shape: ModelShape, tokens: int, *, checkpointing: bool, chunk_tokens: int) -> dict[str, float]:
@@ -241,19 +279,69 @@ def rollout_bytes(config, shape: ModelShape, params: int, device_bytes: float) -
 
 
 def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_bytes: float, *,
-                   with_reference: bool, with_critic: bool, adapter_params: int = 0) -> dict:
-    """Bytes per GPU, phase by phase. Generation: the sharded state without gradients (freed after each
-    optimizer step) plus the engine's share. Training (the engine asleep): all the state, the gathered
-    copies and one micro-batch's activations. Not counted: CUDA's context, NCCL buffers, fragmentation."""
+                   with_reference: bool, with_critic: bool, adapter_params: int = 0,
+                   prompt_tokens: float | None = None) -> dict:
+    """Bytes per GPU as nvidia-smi counts them, phase by phase. Generation: the sharded state without
+    gradients (freed after each optimizer step), the engine's share and the runtime. Training (the engine
+    asleep): all the state, the gathered copies, one micro-batch's activations and the runtime
+    (`training_allocated`, what must fit), plus the blocks the caching allocator keeps from earlier
+    micro-batches (`allocator_cache`, what is likely). `prompt_tokens`: see `micro_batch_tokens`."""
     actor = config.actor
     state = training_state(config, params, world, with_reference=with_reference, with_critic=with_critic,
-                           adapter_params=adapter_params)
+                           adapter_params=adapter_params, critic_params=shape.value_params)
     gathered = gathered_bytes(shape, 4 if actor.mixed_precision == "fp32" else 2)
-    activations = activation_bytes(shape, micro_batch_tokens(config, world), checkpointing=actor.gradient_checkpointing,
+    tokens = micro_batch_tokens(config, world, prompt_tokens)
+    activations = activation_bytes(shape, tokens, checkpointing=actor.gradient_checkpointing,
                                    chunk_tokens=actor.logprob_chunk_tokens)
     rollout = rollout_bytes(config, shape, params, device_bytes)
-    generation = sum(state.values()) - state["grads"] + rollout["share"]
-    training = sum(state.values()) + sum(gathered.values()) + sum(activations.values())
+    runtime = RUNTIME_GIB * GIB
+    generation = sum(state.values()) - state["grads"] + rollout["share"] + runtime
+    allocated = sum(state.values()) + sum(gathered.values()) + sum(activations.values()) + runtime
+    cache = CACHED_ACTIVATION_SETS * token_activations(activations)
     return {"state": state, "gathered": gathered, "activations": activations, "rollout": rollout,
-            "generation_peak": generation, "training_peak": training, "peak": max(generation, training),
-            "device": device_bytes}
+            "micro_batch_tokens": tokens, "runtime": runtime, "allocator_cache": cache,
+            "generation_peak": generation, "training_allocated": allocated, "training_peak": allocated + cache,
+            "peak": max(generation, allocated + cache), "device": device_bytes}
+
+
+def token_activations(activations: dict[str, float]) -> float:
+    """The activations whose size follows the micro-batch's length (the logits chunk has a fixed size)."""
+    return activations["layer_inputs"] + activations["layer_internals"]
+
+
+def micro_batch_tokens_within(found: dict, limit: float, *, cached: bool) -> int:
+    """The largest `actor.micro_batch_tokens` whose training phase stays within `limit` bytes, with the
+    allocator's cached blocks (`cached`) or without them; 0 when the state alone does not leave room."""
+    per_token = token_activations(found["activations"]) / found["micro_batch_tokens"]
+    fixed = found["training_allocated"] - token_activations(found["activations"])
+    return max(int((limit - fixed) / (per_token * (1 + CACHED_ACTIVATION_SETS * cached))), 0)
+
+
+def engine_share_within(config, found: dict, limit: float) -> float:
+    """The largest `rollout.gpu_memory_utilization` whose generation phase stays within `limit` bytes."""
+    resident = found["generation_peak"] - found["rollout"]["share"]
+    return max((limit - resident) / found["device"], 0.0) if config.rollout.name in ("vllm", "sglang") else 0.0
+
+
+def check_phases(config, found: dict) -> None:
+    """One-line error when a phase's certain memory (`per_gpu_memory`, without the allocator's cache) exceeds
+    the GPU: what it needs, and the key that brings it within the device."""
+    device, gib = found["device"], lambda value: f"{value / GIB:.1f} GiB"
+    more = "more GPUs (trainer.n_gpus_per_node / torchrun ranks) or actor.cpu_offload=true"
+    if found["generation_peak"] > device:
+        share = engine_share_within(config, found, device)
+        raise ValueError(
+            f"generation needs {gib(found['generation_peak'])} per GPU (training state without gradients "
+            f"{gib(found['generation_peak'] - found['rollout']['share'] - found['runtime'])} + the engine's "
+            f"rollout.gpu_memory_utilization={config.rollout.gpu_memory_utilization} share "
+            f"{gib(found['rollout']['share'])} + CUDA runtime {gib(found['runtime'])}) of a {gib(device)} GPU: "
+            f"lower rollout.gpu_memory_utilization to {share:.2f} or less, or use {more}")
+    if found["training_allocated"] > device:
+        budget = micro_batch_tokens_within(found, device, cached=False)
+        lever = (f"set actor.micro_batch_tokens={budget} or less (now {found['micro_batch_tokens']} tokens a "
+                 f"micro-batch), or use {more}") if budget else f"use {more}"
+        raise ValueError(
+            f"the update needs {gib(found['training_allocated'])} per GPU (training state "
+            f"{gib(sum(found['state'].values()))} + gathered weights {gib(sum(found['gathered'].values()))} + "
+            f"activations of {found['micro_batch_tokens']} tokens {gib(sum(found['activations'].values()))} + "
+            f"CUDA runtime {gib(found['runtime'])}) of a {gib(device)} GPU: {lever}")
