@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# GRPO's schedules on this node, one after the other at the same settings: sync and one_step_off on all its
+# GPUs, then async with partial rollouts, disaggregated, at each rollout+train split. Writes one json per
+# run (step metrics and each step's timeline: who computes when) into --out; then
+#   python bench/async_report.py     # results/async/README.md and results/async/timeline.png
+# Setup on a GPU node with internet:  pip install -e . -r bench/requirements-gpu.txt
+# 2 GPUs, random-init Qwen3-8B (bench/configs/qwen3-8b; nothing to download but GSM8K):
+#   bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 1+1 --prompts 64 --out results/async/2gpu
+# On a CPU (the embedded tiny model):  bash bench/async_suite.sh --controller local --prompts 8 --n 4 \
+#   --response-length 16 --out results/async/cpu_tiny
+# Usage: bash bench/async_suite.sh [--model M] [--splits 1+1 ...] [--prompts P] [--n N] [--steps S] [overrides]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Keep NVLink multicast off where the host's GPUs are shared with others; Ray's workers inherit it.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
+    NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1} PYTHONUNBUFFERED=1 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+exec python3 bench/async_suite.py "$@"

@@ -1,0 +1,96 @@
+"""bench/async_suite.py and bench/async_report.py: the suite runs sync and one_step_off on the tiny model and
+each run's json holds its timeline; the report's arithmetic on made-up runs, by hand; what the suite refuses
+before anything runs."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import async_report  # noqa: E402
+import async_suite  # noqa: E402
+
+TINY = ["--controller", "local", "--prompts", "4", "--n", "2", "--response-length", "8", "--steps", "2"]
+
+
+def test_the_suite_runs_sync_and_one_step_off_and_the_report_reads_them(tmp_path):
+    out = tmp_path / "results" / "cpu_tiny"
+    assert async_suite.main([*TINY, "--schedules", "sync", "one_step_off", "--work", str(tmp_path / "work"),
+                             "--out", str(out)]) == 0
+    runs = {run["name"]: run for run in async_report.load_folders(tmp_path / "results")[out]}
+    assert list(runs) == ["sync", "one_step_off"]
+    for run in runs.values():
+        timeline = run["timeline"]
+        assert timeline["devices"] == ["cpu:0", "host"] and [s["step"] for s in timeline["steps"]] == [1, 2]
+        assert {"generate", "update_actor", "sync_weights", "reward"} <= {s["stage"] for s in timeline["spans"]}
+    # one_step_off's step 2 trains on the batch generated beside step 1, one weight version old.
+    assert runs["one_step_off"]["steps"]["2"]["rollout_corr/staleness/frac_1"] == 1.0
+    assert async_report.main(["--results", str(tmp_path / "results")]) == 0
+    page = (tmp_path / "results" / "README.md").read_text()
+    assert "| sync | sync | 1 (colocated) | 2 |" in page and "| one_step_off | one_step_off |" in page
+    assert (tmp_path / "results" / "timeline.png").stat().st_size > 0
+
+
+def span(role, stage, start, end, *devices):
+    return {"role": role, "stage": stage, "step": 0, "start": start, "end": end, "devices": list(devices)}
+
+
+def made_up_run(name, schedule, placement, windows, spans, staleness, max_staleness=None):
+    """2 GPUs; every step trains on 1000 tokens, 400 of them generated."""
+    steps = {str(step): {"perf/total_num_tokens": 1000.0, "rollout/generated_tokens": 400.0,
+                         **{f"rollout_corr/staleness/frac_{v}": share for v, share in staleness[step - 1].items()}}
+             for step in range(1, len(windows) + 1)}
+    return {"name": name, "schedule": schedule, "placement": placement, "gpus": 2, "rollout_gpus": 1,
+            "train_gpus": 1 if placement == "disaggregated" else 2, "max_staleness": max_staleness, "steps": steps,
+            "timeline": {"devices": ["cuda:0", "cuda:1", "host"], "spans": spans,
+                         "steps": [{"step": s, "start": a, "end": b} for s, (a, b) in enumerate(windows, 1)]}}
+
+
+SYNC = made_up_run(  # steps 2-3 steady, 10 s each; cuda:0 busy 9 of 10 s, cuda:1 5 of 10 s
+    "sync", "sync", "colocated", [(0, 10), (10, 20), (20, 30)],
+    [span("rollout", "generate", 10, 14, "cuda:0"), span("train", "update_actor", 14, 19, "cuda:0", "cuda:1"),
+     span("rollout", "generate", 20, 24, "cuda:0"), span("train", "update_actor", 24, 29, "cuda:0", "cuda:1"),
+     span("host", "reward", 14, 15, "host")],
+    [{0: 1.0}] * 3)
+ASYNC = made_up_run(  # bound 1 of 4 steps: steps 2-3 steady, 5 s each
+    "async_1+1", "async", "disaggregated", [(0, 10), (10, 15), (15, 20), (20, 30)],
+    [span("train", "update_actor", 10, 14, "cuda:0"), span("train", "update_actor", 15, 19, "cuda:0"),
+     span("rollout", "generate", 9, 16, "cuda:1"), span("rollout", "generate", 16, 20, "cuda:1")],
+    [{0: 1.0, 1: 0.0}, {0: 0.0, 1: 1.0}, {0: 0.0, 1: 1.0}, {0: 0.0, 1: 1.0}], max_staleness=1)
+
+
+def test_the_report_arithmetic_by_hand():
+    sync = async_report.summarise(SYNC, None)
+    assert async_report.measured_steps(SYNC) == [2, 3] and sync["step_s"] == 10.0
+    assert sync["busy"] == pytest.approx({"cuda:0": 0.9, "cuda:1": 0.5})
+    assert sync["trained_tok_s_gpu"] == 2000 / 20 / 2 and sync["generated_tok_s_gpu"] == 800 / 20 / 2
+    assert async_report.measured_steps(ASYNC) == [2, 3]  # step 4 has no later batch to generate beside it
+    fast = async_report.summarise(ASYNC, sync_step_s=10.0)
+    assert fast["step_s"] == 5.0 and fast["speed_up"] == 2.0 and fast["trained_tok_s_gpu"] == 2000 / 10 / 2
+    # cuda:1's first generation started before step 2 and ran 1 s into step 3: 5 + (1 + 4) of 10 s.
+    assert fast["busy"] == pytest.approx({"cuda:0": 0.8, "cuda:1": 1.0})
+    assert fast["staleness"] == {0: 0.25, 1: 0.75}
+    assert async_report.busy_cell(ASYNC, fast["busy"]) == "cuda:0 train 80%, cuda:1 rollout 100%"
+    assert async_report.staleness_cell(fast["staleness"]) == "0: 25%, 1: 75%"
+
+
+def test_a_split_the_node_cannot_hold_is_refused_before_anything_runs(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(SystemExit) as info:
+        async_suite.main([*TINY, "--splits", "1+1", "1+3", "--work", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert str(info.value) == ("async_suite: --splits: async_1+3 needs 4 GPUs (1 rollout + 3 train), and this node "
+                               "has 2 — lower it")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_recipe_that_cannot_run_off_policy_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(SystemExit) as info:
+        async_suite.main([*TINY, "--schedules", "one_step_off", "--work", str(tmp_path), "--out",
+                          str(tmp_path / "out"), "algorithm.adv_estimator=remax"])
+    assert str(info.value).startswith("async_suite: one_step_off's dry run refused its config: recipezoo: config "
+                                      "error: algorithm.adv_estimator='remax' with trainer.schedule=one_step_off")
+    assert not (tmp_path / "out").exists()
