@@ -1,20 +1,22 @@
-"""The plan of each `run_qwen3_8b.sh` on 8 GPUs (and on 2), without a GPU: the script's own dry run at the
+"""The plan of each `run_qwen3_8b.sh` on 8 GPUs (and on 2 and 4), without a GPU: the script's own dry run at the
 settings bench/scale_suite.sh runs, and the per-GPU memory arithmetic behind it, phase by phase.
 
-    python bench/scale_plan.py [--gpus 2] [--full-gpus 8] [--recipes dapo grpo] [--controllers torchrun ray]
+    python bench/scale_plan.py [--gpus 2 4] [--full-gpus 8] [--recipes dapo grpo rloo ppo] [--controllers torchrun ray]
 
 `--gpus`: the suite's default settings (the script's batch cut to PROMPTS_PER_GPU prompts per GPU);
 `--full-gpus`: the script's own settings (`bash bench/scale_suite.sh --full`, e.g. DAPO's 512 prompt
 groups × 16). Weights are random from bench/configs/qwen3-8b, so nothing is downloaded but GSM8K (made
 by `recipezoo data gsm8k` when DATA holds no parquet). The memory is `per_gpu_memory` in
-core/trainer/memory_estimate.py, for an 80 GB and a 141 GB GPU (H100, H200), against the suite's target
-of at most 95% of each GPU; it is arithmetic, not a measurement. Writes
+core/trainer/memory_estimate.py, in GiB as nvidia-smi counts it, for an H100 80GB and an H200 141GB with
+prompts of the training data's mean length, against the suite's target of at most 95% of each GPU; it is
+arithmetic with two terms fit on measured runs, not a measurement. Writes
 results/scale/plan_<recipe>_qwen3-8b_<N>gpu_<controller>.json; then `python bench/scale_report.py`.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -26,16 +28,17 @@ from scale_suite import ROOT, ensure_data, model_dir, run_overrides, script_plan
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
 
-DEVICES = {"H100 80GB": 80e9, "H200 141GB": 141e9}  # bytes; GB = 10^9 bytes, the unit of the GPUs' names
+# GiB as nvidia-smi's memory.total gives them, the measured peaks' denominator (vLLM's share is of CUDA's
+# total, 0.4% less on an H200: 0.2 GiB at a share of 0.35).
+DEVICES = {"H100 80GB": 79.6, "H200 141GB": 140.4}
 PEAK_LIMIT = 0.95  # the suite's target: no GPU above 95% of its memory
-GB = 1e9
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipes", nargs="+", default=["dapo", "grpo"])
+    parser.add_argument("--recipes", nargs="+", default=["dapo", "grpo", "rloo", "ppo"])
     parser.add_argument("--controllers", nargs="+", default=["torchrun", "ray"], choices=["torchrun", "ray"])
-    parser.add_argument("--gpus", type=int, nargs="*", default=[2], help="GPU counts at the suite's cut batch")
+    parser.add_argument("--gpus", type=int, nargs="*", default=[2, 4], help="GPU counts at the suite's cut batch")
     parser.add_argument("--full-gpus", type=int, nargs="*", default=[8], help="GPU counts at the script's own batch")
     parser.add_argument("--config-dir", default=str(ROOT / "bench/configs/qwen3-8b"))
     parser.add_argument("--data", default=os.environ.get("DATA", str(Path.home() / "data/gsm8k")),
@@ -45,35 +48,61 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def memory_by_device(config, model: Path, world: int) -> dict[str, dict]:
-    """`per_gpu_memory` for each of DEVICES, in GB, with the peak's share of the device."""
-    from core.trainer.memory_estimate import ModelShape, count_adapter_parameters, count_parameters, per_gpu_memory
+def memory_by_device(config, model: Path, world: int, prompt_tokens: float) -> dict[str, dict]:
+    """`per_gpu_memory` for each of DEVICES, in GiB, with the peak's share of the device and the settings
+    that would bring each phase within PEAK_LIMIT."""
+    from core.trainer.memory_estimate import (
+        GIB,
+        ModelShape,
+        count_adapter_parameters,
+        count_parameters,
+        engine_share_within,
+        micro_batch_tokens_within,
+        per_gpu_memory,
+    )
 
     shape = ModelShape.from_pretrained(str(model), config.model.trust_remote_code)
     params = count_parameters(str(model), config.model.trust_remote_code)
     options = dict(with_reference=bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward),
                    with_critic=config.algorithm.adv_estimator == "gae",
-                   adapter_params=count_adapter_parameters(config, str(model)))
+                   adapter_params=count_adapter_parameters(config, str(model)), prompt_tokens=prompt_tokens)
     out = {}
     for device, capacity in DEVICES.items():
-        found = per_gpu_memory(config, shape, params, world, capacity, **options)
-        resident = found["generation_peak"] - found["rollout"]["share"]
+        found = per_gpu_memory(config, shape, params, world, capacity * GIB, **options)
         out[device] = {
-            "capacity_gb": capacity / GB,
-            **{f"{part}_gb": _gb(found[part]) for part in ("state", "gathered", "activations")},
-            "rollout_gb": _gb({k: v for k, v in found["rollout"].items() if k != "kv_tokens_per_engine"}),
+            "capacity_gib": capacity, "micro_batch_tokens": found["micro_batch_tokens"],
+            **{f"{part}_gib": _gib(found[part]) for part in ("state", "gathered", "activations")},
+            "rollout_gib": _gib({k: v for k, v in found["rollout"].items() if k != "kv_tokens_per_engine"}),
             "kv_tokens_per_engine": round(found["rollout"]["kv_tokens_per_engine"]),
-            **{f"{phase}_gb": round(found[phase] / GB, 2) for phase in ("generation_peak", "training_peak", "peak")},
-            "peak_fraction": round(found["peak"] / capacity, 4),
-            "fits": found["peak"] <= PEAK_LIMIT * capacity,
-            # The largest engine share that keeps the generation phase within the limit, by this arithmetic.
-            "max_gpu_memory_utilization": round(max(PEAK_LIMIT - resident / capacity, 0.0), 3),
+            **{f"{key}_gib": round(found[key] / GIB, 2) for key in (
+                "runtime", "allocator_cache", "generation_peak", "training_allocated", "training_peak", "peak")},
+            "peak_fraction": round(found["peak"] / (capacity * GIB), 4),
+            "fits": found["peak"] <= PEAK_LIMIT * capacity * GIB,
+            # The largest engine share and micro-batch token budget that keep each phase within the limit.
+            "max_gpu_memory_utilization": round(engine_share_within(config, found, PEAK_LIMIT * capacity * GIB), 3),
+            "max_micro_batch_tokens": micro_batch_tokens_within(found, PEAK_LIMIT * capacity * GIB, cached=True),
         }
     return out
 
 
-def _gb(parts: dict[str, float]) -> dict[str, float]:
-    return {key: round(value / GB, 2) for key, value in parts.items()}
+def _gib(parts: dict[str, float]) -> dict[str, float]:
+    from core.trainer.memory_estimate import GIB
+
+    return {key: round(value / GIB, 2) for key, value in parts.items()}
+
+
+@functools.cache
+def mean_prompt_tokens(model: Path, data: Path, max_prompt_length: int, truncation: str) -> float:
+    """The training prompts' mean length in tokens, chat-templated as the trainer builds them: a micro-batch
+    of many rows holds about the mean, far from data.max_prompt_length (GSM8K: 83 tokens of 512)."""
+    from transformers import AutoTokenizer
+
+    from core.data.dataset import PromptDataset
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    prompts = PromptDataset(data / "train.parquet", tokenizer, max_prompt_length=max_prompt_length,
+                            truncation=truncation)
+    return sum(len(item.prompt_ids) for item in prompts.items) / len(prompts)
 
 
 def findings(config, plan: dict, memory: dict[str, dict]) -> list[str]:
@@ -88,13 +117,11 @@ def findings(config, plan: dict, memory: dict[str, dict]) -> list[str]:
     full_length = config.data.max_prompt_length + config.data.max_response_length
     for device, found in memory.items():
         if not found["fits"]:
-            phase = "generation" if found["generation_peak_gb"] >= found["training_peak_gb"] else "training"
-            lines.append(f"{device}: does not fit: the {phase} phase needs {found['peak_gb']:.1f} GB per GPU, "
-                         f"{found['peak_fraction']:.0%} of {found['capacity_gb']:.0f} GB (target ≤ {PEAK_LIMIT:.0%})")
-        rollout = found["rollout_gb"]
+            lines.append(f"{device}: {over_target(found)}")
+        rollout = found["rollout_gib"]
         if rollout["kv_cache"] <= 0:
-            lines.append(f"{device}: the engine's share ({rollout['share']:.1f} GB) does not hold its bf16 weights "
-                         f"({rollout['weights']:.1f} GB): raise rollout.gpu_memory_utilization")
+            lines.append(f"{device}: the engine's share ({rollout['share']:.1f} GiB) does not hold its bf16 weights "
+                         f"({rollout['weights']:.1f} GiB): raise rollout.gpu_memory_utilization")
             continue
         held, share = found["kv_tokens_per_engine"] / full_length, config.rollout.gpu_memory_utilization
         if held < per_engine:  # the engine decodes the round in waves: more KV cache, larger decode batches
@@ -102,8 +129,23 @@ def findings(config, plan: dict, memory: dict[str, dict]) -> list[str]:
             lines.append(f"{device}: the KV cache holds {found['kv_tokens_per_engine'] / 1e3:.0f}k tokens, {held:.0f} "
                          f"sequences at full length ({full_length} tokens), of the {per_engine} each engine generates "
                          f"per round" + (f"; rollout.gpu_memory_utilization={share} could rise to {room:.2f} within "
-                                         f"the {PEAK_LIMIT:.0%} target" if room > share else ""))
+                                         f"the {PEAK_LIMIT:.0%} target" if round(room, 2) > share else ""))
     return lines
+
+
+def over_target(found: dict) -> str:
+    """Which phase goes over PEAK_LIMIT, by how much, and the setting that would bring it within."""
+    generation = found["generation_peak_gib"] >= found["training_peak_gib"]
+    if generation:
+        share = found["max_gpu_memory_utilization"]
+        lever = f"rollout.gpu_memory_utilization={share:.2f}" if share else "more GPUs or actor.cpu_offload=true"
+    else:
+        budget = found["max_micro_batch_tokens"]
+        lever = (f"actor.micro_batch_tokens={budget} (now {found['micro_batch_tokens']} tokens a micro-batch)"
+                 if budget else "more GPUs or actor.cpu_offload=true")
+    return (f"over the target: the {'generation' if generation else 'training'} phase needs "
+            f"{found['peak_gib']:.1f} GiB per GPU, {found['peak_fraction']:.0%} of {found['capacity_gib']:.1f} GiB "
+            f"(target ≤ {PEAK_LIMIT:.0%}); within it with {lever}")
 
 
 def plan_one(args, recipe: str, controller: str, gpus: int, full: bool, model: Path, data: Path) -> dict:
@@ -114,13 +156,15 @@ def plan_one(args, recipe: str, controller: str, gpus: int, full: bool, model: P
     overrides = run_overrides(recipe, controller, gpus, 3, model, work / "mlruns", name, full)
     command, text, planned = script_plan(recipe, gpus, overrides, data, work / f"{name}.json")
     config = OmegaConf.create(planned["config"])
-    memory = memory_by_device(config, model, planned["plan"]["resources"]["world_size"])
+    prompt_tokens = mean_prompt_tokens(model, data, config.data.max_prompt_length, config.data.truncation)
+    memory = memory_by_device(config, model, planned["plan"]["resources"]["world_size"], prompt_tokens)
     return {"name": name, "recipe": recipe, "gpus": gpus, "controller": controller,
             "settings": "script" if full else "scaled", "commit": git_commit(ROOT),
             # Run from the repository root, as the script itself is: paths inside it shown relative to it.
             "command": f"NGPUS={gpus} DATA={data} " + " ".join(command).replace(f"{ROOT}/", ""),
             "plan": {key: planned["plan"][key] for key in ("resources", "rollout", "batch", "lengths", "memory", "notes")},
-            "memory_per_gpu": memory, "findings": findings(config, planned["plan"], memory), "plan_text": text}
+            "mean_prompt_tokens": round(prompt_tokens, 1), "memory_per_gpu": memory,
+            "findings": findings(config, planned["plan"], memory), "plan_text": text}
 
 
 def main(argv=None) -> int:
@@ -134,7 +178,7 @@ def main(argv=None) -> int:
             for controller in args.controllers:
                 result = plan_one(args, recipe, controller, gpus, full, model, data)
                 (out / f"{result['name']}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-                peaks = ", ".join(f"{d} {m['peak_gb']:.1f} GB ({m['peak_fraction']:.0%})"
+                peaks = ", ".join(f"{d} {m['peak_gib']:.1f} GiB ({m['peak_fraction']:.0%})"
                                   for d, m in result["memory_per_gpu"].items())
                 print(f"[plan] {result['name']}: peak per GPU {peaks}; {len(result['findings'])} finding(s)", flush=True)
     return 0

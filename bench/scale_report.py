@@ -69,20 +69,24 @@ def plan_section(plans: list[dict]) -> list[str]:
     lines = ["## The plan without a GPU: each script's dry run and its memory per GPU", "",
              "From the plan_*.json files beside this README, which `python bench/scale_plan.py` wrote (no GPU): "
              "each run_qwen3_8b.sh's own `--dry-run` with the suite's overrides, under torchrun and under Ray. "
-             "At 2 GPUs the settings are the suite's default (the script's batch cut to PROMPTS_PER_GPU prompts per "
-             "GPU, `rollout.gpu_memory_utilization=0.35`); at 8 GPUs they are the script's own "
-             "(`bash bench/scale_suite.sh --full`). Memory per GPU is arithmetic (`per_gpu_memory` in "
-             "core/trainer/memory_estimate.py): FSDP2 shards the fp32 weights, gradients, AdamW moments and "
-             "reference over the GPUs; the update also holds the copies FSDP2 gathers (its root unit, two layers, "
-             "their gradients, the LM head's fp32 gradient) and one micro-batch's activations at full length, with "
-             "the scripts' gradient checkpointing; generation holds the state without gradients plus vLLM's "
-             "share (`gpu_memory_utilization` of the GPU: its bf16 weights, then the KV cache). GB = 10⁹ bytes; "
-             "GPUs as named: H100 80 GB, H200 141 GB. Not counted: CUDA's context, NCCL buffers, fragmentation. "
-             "Arithmetic, not a measurement: the measured peaks above are what count.", "",
+             "At 2 and 4 GPUs the settings are the suite's default (the script's batch cut to PROMPTS_PER_GPU "
+             "prompts per GPU, `rollout.gpu_memory_utilization=0.35`); at 8 GPUs they are the script's own "
+             "(`bash bench/scale_suite.sh --full`). Memory per GPU is `per_gpu_memory` in "
+             "core/trainer/memory_estimate.py, in GiB as nvidia-smi counts it: FSDP2 shards the fp32 weights, "
+             "gradients, AdamW moments and reference (and PPO's critic) over the GPUs; the update also holds the "
+             "copies FSDP2 gathers (its root unit, two layers, their gradients, the LM head's fp32 gradient) and "
+             "one micro-batch's activations, its rows packed at the training data's mean prompt length and full "
+             "responses, with the scripts' gradient checkpointing; generation holds the state without gradients "
+             "plus vLLM's share (`gpu_memory_utilization` of the GPU: its bf16 weights, then the KV cache). Both "
+             "phases add the CUDA runtime (context, NCCL and cuBLAS workspaces, CUDA graphs: 3.4 GiB) and the "
+             "training phase the blocks PyTorch's caching allocator keeps from earlier micro-batches of other "
+             "lengths (1.6 more sets of the token-sized activations): those two are fit on the measured H200 "
+             "rows, not derived. GPUs as nvidia-smi counts them: H100 79.6 GiB, H200 140.4 GiB.", "",
              *table_header("recipe", "GPUs", "controller", "settings", "prompts × n",
-                           "sequences per GPU per mini-batch", "micro-batch", "fp32 weights", "grads", "AdamW", "reference",
-                           "gathered", "activations", "training peak", "engine share (80 / 141)",
-                           "generation peak (80 / 141)", "peak of 80 GB", "peak of 141 GB")]
+                           "sequences per GPU per mini-batch", "micro-batch", "tokens per micro-batch", "fp32 weights",
+                           "grads", "AdamW", "reference", "gathered", "activations", "allocator cache",
+                           "training peak", "engine share (80 / 141)", "generation peak (80 / 141)",
+                           "peak of 80 GB", "peak of 141 GB")]
     return lines + [plan_row(p) for p in plans] + ["", "What the arithmetic says (the same under both controllers):",
                                                     ""] + plan_findings(plans)
 
@@ -90,15 +94,41 @@ def plan_section(plans: list[dict]) -> list[str]:
 def plan_row(p: dict) -> str:
     batch, memory = p["plan"]["batch"], p["memory_per_gpu"]
     first = memory[DEVICES[0]]  # the sharded state, gathered copies and activations do not depend on the GPU
-    state = first["state_gb"]
+    state = first["state_gib"]
     return table_row([
         p["recipe"], str(p["gpus"]), p["controller"], p["settings"],
         f"{batch['prompts_per_step']} × {p['plan']['rollout']['n']}", str(batch["sequences_per_mini_batch_per_device"]),
-        f"{batch['micro_batch_size']} × {batch['grad_accumulation_steps']}",
+        f"{batch['micro_batch_size']} × {batch['grad_accumulation_steps']}", str(first["micro_batch_tokens"]),
         *(number_cell(state[part]) for part in ("weights", "grads", "optimizer", "reference")),
-        number_cell(sum(first["gathered_gb"].values())), number_cell(sum(first["activations_gb"].values())),
-        number_cell(first["training_peak_gb"]), _per_device(memory, "rollout_gb", "share"),
-        _per_device(memory, "generation_peak_gb"), *(_verdict(memory[d]) for d in DEVICES)])
+        number_cell(sum(first["gathered_gib"].values())), number_cell(sum(first["activations_gib"].values())),
+        number_cell(first["allocator_cache_gib"]), number_cell(first["training_peak_gib"]),
+        _per_device(memory, "rollout_gib", "share"), _per_device(memory, "generation_peak_gib"),
+        *(_verdict(memory[d]) for d in DEVICES)])
+
+
+def measured_vs_plan(results: list[dict], plans: list[dict]) -> list[str]:
+    """Each measured run beside its plan's estimate for the same recipe, GPUs, controller and settings,
+    on the plan's device nearest the measured one's memory."""
+    planned = {(p["recipe"], p["gpus"], p["controller"], p["settings"]): p for p in plans}
+    lines = []
+    for r in results:
+        plan = planned.get((r["recipe"], r["gpus"], r["controller"], r.get("settings", "scaled")))
+        if plan is None or not r["peak_memory_gib"]:
+            continue
+        total = max(r["memory_total_gib"])
+        device = min(DEVICES, key=lambda d: abs(plan["memory_per_gpu"][d]["capacity_gib"] - total))
+        estimate = plan["memory_per_gpu"][device]
+        measured = max(r["peak_memory_gib"])
+        lines.append(table_row([r["recipe"], str(r["gpus"]), r["controller"], device,
+                                " / ".join(number_cell(x) for x in r["peak_memory_gib"]),
+                                f"{measured / total:.1%}", number_cell(estimate["peak_gib"]),
+                                f"{estimate['peak_fraction']:.1%}",
+                                f"{100 * (estimate['peak_fraction'] - measured / total):+.1f}"]))
+    if not lines:
+        return []
+    return ["", "Measured peaks beside the plan's estimate (the fullest GPU; target: within ± 5 points):", "",
+            *table_header("recipe", "GPUs", "controller", "device", "measured GiB per GPU", "measured",
+                          "estimated GiB", "estimated", "points off"), *lines]
 
 
 def _per_device(memory: dict, key: str, part: str | None = None) -> str:
@@ -162,7 +192,7 @@ def build_readme(folder: Path, published_path: Path = PUBLISHED) -> str:
         plot(results, folder / "scale.png")
         lines += ["", "![per-stage step time](scale.png)"]
     if plans:
-        lines += [""] + plan_section(plans)
+        lines += [""] + plan_section(plans) + measured_vs_plan(results, plans)
     lines += [""] + verl_section(json.loads(published_path.read_text()), results)
     return "\n".join(lines) + "\n"
 

@@ -13,7 +13,14 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from core.trainer.memory_estimate import ModelShape, count_parameters, per_gpu_memory, training_state  # noqa: E402
+from core.trainer.memory_estimate import (  # noqa: E402
+    GIB,
+    ModelShape,
+    count_parameters,
+    micro_batch_tokens_within,
+    per_gpu_memory,
+    training_state,
+)
 
 GSM8K_JSONL = ROOT.parent / "shared/data/gsm8k"
 QWEN3_8B = ROOT / "bench/configs/qwen3-8b"
@@ -57,10 +64,60 @@ def test_dapo_8_gpus_phases_by_hand():
     share = 0.5 * 80e9
     assert found["rollout"]["share"] == share and found["rollout"]["weights"] == PARAMS * 2
     assert found["rollout"]["kv_tokens_per_engine"] == pytest.approx((share - PARAMS * 2) / (2 * 36 * 1024 * 2))
-    state = 16 * PARAMS / 8
-    assert found["generation_peak"] == pytest.approx(state - 4 * PARAMS / 8 + share)  # gradients freed
-    assert found["training_peak"] == pytest.approx(state + sum(found["gathered"].values())
-                                                   + sum(found["activations"].values()))
+    state, runtime = 16 * PARAMS / 8, 3.4 * GIB  # the CUDA runtime is counted in both phases
+    assert found["generation_peak"] == pytest.approx(state - 4 * PARAMS / 8 + share + runtime)  # gradients freed
+    allocated = state + sum(found["gathered"].values()) + sum(found["activations"].values()) + runtime
+    assert found["training_allocated"] == pytest.approx(allocated)
+    # The allocator's cache: 1.6 more sets of the activations that follow the micro-batch's length.
+    cache = 1.6 * (2 * 4096 * tokens * 36 + 2 * (7 * 4096 + 3 * 1024 + 5 * 12288) * tokens)
+    assert found["allocator_cache"] == pytest.approx(cache)
+    assert found["training_peak"] == pytest.approx(allocated + cache) == found["peak"]
+
+
+def test_prompts_at_the_data_mean_length_set_the_micro_batch():
+    shape = ModelShape.from_pretrained(str(QWEN3_8B))
+    found = per_gpu_memory(config(), shape, PARAMS, 8, 80e9, with_reference=False, with_critic=False,
+                           prompt_tokens=82.6)
+    assert found["micro_batch_tokens"] == round(16 * (82.6 + 2048))  # 34,090, not 16 × 2560 = 40,960
+
+
+def test_the_critic_has_a_scalar_head_in_place_of_the_lm_head():
+    shape = ModelShape.from_pretrained(str(QWEN3_8B))
+    # 36 layers + embeddings 151936·4096 + final norm 4096 + a 4096 → 1 value head.
+    assert shape.value_params == 36 * 192_946_432 + 151936 * 4096 + 2 * 4096 == PARAMS - 151936 * 4096 + 4096
+    found = per_gpu_memory(config(), shape, PARAMS, 4, 80e9, with_reference=False, with_critic=True)
+    assert found["state"]["optimizer"] == 8 * (PARAMS + shape.value_params) / 4
+
+
+def test_micro_batch_token_budget_within_a_limit_by_hand():
+    shape = ModelShape.from_pretrained(str(QWEN3_8B))
+    found = per_gpu_memory(config(), shape, PARAMS, 8, 80e9, with_reference=False, with_critic=False)
+    per_token = 2 * 4096 * 36 + 2 * (7 * 4096 + 3 * 1024 + 5 * 12288)  # checkpointed inputs + one layer: 481,280 B
+    fixed = found["training_allocated"] - per_token * 16 * 2560
+    assert micro_batch_tokens_within(found, 70 * GIB, cached=False) == int((70 * GIB - fixed) / per_token)
+    assert micro_batch_tokens_within(found, 70 * GIB, cached=True) == int((70 * GIB - fixed) / (per_token * 2.6))
+    assert micro_batch_tokens_within(found, fixed / 2, cached=True) == 0  # the state alone is over the limit
+
+
+# Issue 35's peaks on H200s (nvidia-smi, GiB of 140.4; random-init Qwen3-8B at bench/scale_suite.py's settings,
+# rollout.gpu_memory_utilization=0.35, GSM8K's prompts: 82.6 tokens on average): the fullest GPU of each run.
+MEASURED_H200 = [  # recipe, GPUs, (rollout.n, mini-batch prompts, micro-batch rows, response), reference, critic, GiB
+    ("grpo", 2, (5, 32, 32, 1024), True, False, 135.7),
+    ("rloo", 2, (5, 32, 32, 1024), True, False, 135.7),
+    ("dapo", 2, (16, 8, 16, 2048), False, False, 110.9),  # results/scale/dapo_qwen3-8b_2gpu_torchrun.json
+    ("grpo", 4, (5, 64, 32, 1024), True, False, 90.0),
+    ("ppo", 4, (1, 256, 16, 1024), False, True, 96.3),
+]
+
+
+@pytest.mark.parametrize("recipe, gpus, batch, reference, critic, measured", MEASURED_H200)
+def test_estimate_within_5_points_of_the_measured_peak(recipe, gpus, batch, reference, critic, measured):
+    n, mini, micro, response = batch
+    settings = OmegaConf.merge(config(ppo_mini_batch_size=mini, micro_batch_size=micro), {
+        "rollout": {"n": n, "gpu_memory_utilization": 0.35}, "data": {"max_response_length": response}})
+    found = per_gpu_memory(settings, ModelShape.from_pretrained(str(QWEN3_8B)), PARAMS, gpus, 140.4 * GIB,
+                           with_reference=reference, with_critic=critic, prompt_tokens=82.6)
+    assert abs(found["peak"] / GIB - measured) / 140.4 <= 0.05
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +146,12 @@ def test_plan_runs_both_scripts_at_8_gpus_under_both_controllers(gsm8k_parquet, 
     assert dapo["plan"]["batch"]["sequences_per_mini_batch_per_device"] == 64
     assert "1 node × 8 GPUs = 8 GPUs" in dapo["plan_text"]
     h100 = dapo["memory_per_gpu"]["H100 80GB"]
-    assert h100["state_gb"]["weights"] == round(4 * PARAMS / 8 / 1e9, 2) and h100["fits"]
+    assert h100["state_gib"]["weights"] == round(4 * PARAMS / 8 / GIB, 2) and h100["fits"]
+    assert 80 < dapo["mean_prompt_tokens"] < 120  # GSM8K's chat-templated questions, far below 512
     grpo = plans["plan_grpo_qwen3-8b_8gpu_ray.json"]
     assert grpo["controller"] == "ray" and "trainer.controller=ray" in grpo["command"]
     assert grpo["plan"]["batch"]["prompts_per_step"] == 1024 and grpo["plan"]["rollout"]["n"] == 5
-    assert grpo["memory_per_gpu"]["H100 80GB"]["state_gb"]["reference"] > 0  # GRPO's KL loss needs the reference
+    assert grpo["memory_per_gpu"]["H100 80GB"]["state_gib"]["reference"] > 0  # GRPO's KL loss needs the reference
 
 
 def test_report_renders_the_plan_and_verl_sections_from_committed_json(tmp_path):
