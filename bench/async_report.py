@@ -170,7 +170,7 @@ def plot(folders: dict[Path, list[dict]], out: Path) -> None:
         width = max(typical_step(other)["end"] - typical_step(other)["start"] for other in folders[folder])
         draw_step(axis, run, width)
         axis.set_title(f"{folder.name} · {axis.get_title()}", fontsize=9)
-    axes[-1, 0].set_xlabel("seconds since the step started")
+    axes[-1, 0].set_xlabel("seconds since the step started (on each device: training above, rollout below)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in STAGE_COLORS.values()]
     figure.legend(handles, list(STAGE_COLORS), loc="upper center", ncol=5, fontsize=8)
     figure.tight_layout(rect=(0, 0, 1, 0.94))

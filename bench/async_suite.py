@@ -60,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="vLLM's share of a GPU that also trains (rollout.gpu_memory_utilization)")
     parser.add_argument("--rollout-memory", type=float, default=0.85, help="vLLM's share of a rollout worker's GPU")
     parser.add_argument("--work", default="/tmp/recipezoo-async", help="model dir, MLflow store, run dirs, logs")
-    parser.add_argument("--out", default=str(ROOT / "results/async/run"), help="one json per run")
+    parser.add_argument("--out", required=True, help="a folder for one json per run, e.g. results/async/2gpu")
     parser.add_argument("--timeout-s", type=int, default=3600, help="per run")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every run")
     return parser.parse_args(argv)
