@@ -25,8 +25,9 @@ from core.trainer.timeline import HOST, ROLLOUT, SYNC, TRAIN, busy_shares  # noq
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = {"sync": 0, "one_step_off": 1, "async": 2}
 GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init Qwen3-8B
+    # One training GPU cannot hold 8B's training state (≈ 153 GiB, the dry run's estimate): offloaded to the host.
     "2 GPUs": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 1+1 --prompts 64 "
-              "--out results/async/2gpu",
+              "--out results/async/2gpu --disaggregated-overrides actor.cpu_offload=true",
     "4 GPUs": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 "
               "--out results/async/4gpu",
 }
@@ -105,6 +106,12 @@ def staleness_cell(shares: dict[int, float]) -> str:
     return ", ".join(f"{versions}: {share:.0%}" for versions, share in shares.items() if share > 0) or "–"
 
 
+def overrides_note(run: dict) -> str:
+    """The suite's overrides beyond its settings: they are part of what each row measured."""
+    notes = [(" Every run also with", run["extra_overrides"]), (" The async runs also with", run["disaggregated_overrides"])]
+    return "".join(f"{what} `{' '.join(overrides)}`." for what, overrides in notes if overrides)
+
+
 def folder_section(folder: Path, runs: list[dict]) -> list[str]:
     """One invocation's table, and by how much each schedule slower than sync is slower."""
     sync = next((run for run in runs if run["schedule"] == "sync"), None)
@@ -113,7 +120,7 @@ def folder_section(folder: Path, runs: list[dict]) -> list[str]:
     lines = [f"## {folder.name}: {first['device']}", "",
              f"`{first['suite_command']}` — model {first['model']}; {first['prompts']} prompts × {first['n']} "
              f"samples a step, responses up to {first['response_length']} tokens, {first['total_steps']} steps; "
-             f"commit {first['commit'][:10]}.", "",
+             f"commit {first['commit'][:10]}.{overrides_note(first)}", "",
              *(["Measured on a CPU, where the rollout and the update share the same cores: this checks the suite "
                 "and its accounting, it measures no GPU speed-up.", ""] if first["device"].startswith("CPU") else []),
              *table_header("run", "schedule", "GPUs", "steps measured", "step s", "speed-up vs sync", "trained tok/s/GPU",

@@ -62,6 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--work", default="/tmp/recipezoo-async", help="model dir, MLflow store, run dirs, logs")
     parser.add_argument("--out", required=True, help="a folder for one json per run, e.g. results/async/2gpu")
     parser.add_argument("--timeout-s", type=int, default=3600, help="per run")
+    parser.add_argument("--disaggregated-overrides", nargs="+", default=[], metavar="OVERRIDE",
+                        help="config overrides for the async runs alone (after the overrides for every run), e.g. "
+                             "actor.cpu_offload=true where one training GPU cannot hold the training state")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every run")
     return parser.parse_args(argv)
 
@@ -89,7 +92,8 @@ def plan_runs(args, gpus: int) -> list[dict]:
                          "overrides": ["trainer.schedule=async", "trainer.partial_rollout=true", *bound,
                                        "trainer.controller=ray", "trainer.placement=disaggregated",
                                        f"trainer.rollout_workers={rollout}",
-                                       f"rollout.gpu_memory_utilization={args.rollout_memory}"]})
+                                       f"rollout.gpu_memory_utilization={args.rollout_memory}",
+                                       *args.disaggregated_overrides]})
     return runs
 
 
@@ -110,7 +114,8 @@ class Setup:
         self.work, self.store = work, work / "mlruns"
         self.invocation = {"suite_command": shlex.join(["bash", "bench/async_suite.sh", *argv]),
                            "prompts": args.prompts, "n": args.n, "response_length": args.response_length,
-                           "total_steps": args.steps, "max_staleness": args.max_staleness, "extra_overrides": args.overrides}
+                           "total_steps": args.steps, "max_staleness": args.max_staleness, "extra_overrides": args.overrides,
+                           "disaggregated_overrides": args.disaggregated_overrides}
         # A file store, read back here (step_history) as well as written by the runs: newer MLflow asks for consent.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         # The scripts call `python`: this one, which has recipezoo installed, whatever PATH says.
@@ -164,7 +169,7 @@ def run_one(setup: Setup, run: dict, timeout_s: float, device: str) -> dict:
     timeline = json.loads((setup.work / "outputs" / run["name"] / TIMELINE).read_text())
     history = step_history(setup.store, run["name"], EXPERIMENT)
     print(f"[async] {run['name']}: {len(history)} steps in {wall:.0f} s", flush=True)
-    return {**{key: value for key, value in run.items() if key != "overrides"}, **setup.invocation, "model": setup.model,
+    return {**run, **setup.invocation, "model": setup.model,
             "device": device, "commit": git_commit(ROOT), "command": f"NGPUS={env['NGPUS']} " + " ".join(command),
             "wall_s": wall, "peak_memory_gib": memory.peaks_gib(),
             "steps": {str(step): history[step] for step in sorted(history)}, "timeline": timeline}
