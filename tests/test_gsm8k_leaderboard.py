@@ -108,7 +108,7 @@ def test_section_rows_are_mean_std_and_t_interval_over_seeds(export):
         "openai/gsm8k mean@1 (strict)", "openai/gsm8k mean@1 (flexible)", "math500 mean@1 (math_verify)",
         "aime24 mean@16 (math_verify)", "aime24 pass@16 (math_verify)"]
     assert section.left_out == ["dapo training run dapo-2: its evaluation did not finish"]
-    markdown = "\n".join(render_before_after(section, "gsm8k_leaderboard/curves.png"))
+    markdown = "\n".join(render_before_after(section, {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}))
     assert "## GSM8K, pretrained model `pypi://SmolLM2-135M-Instruct`" in markdown
     # grpo: 0.03, 0.04, 0.05 -> 0.040 ± 0.010, t(2) = 4.303: [0.015, 0.065], all above 0.002
     assert ("| grpo | 3 | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ | 0.012 → 0.050 ± 0.010 [0.025, 0.075] ↑ | "
@@ -338,3 +338,16 @@ def test_committed_gsm8k_export_makes_the_section_and_its_plot():
     assert section.befores and all(figures for figures in section.befores.values())
     if section.rows:
         assert (REPO / "results" / "gsm8k_leaderboard" / "curves.png").stat().st_size > 10_000
+
+
+def test_each_pretrained_model_gets_its_own_curves():
+    from types import SimpleNamespace
+
+    from core.tracking.leaderboard import pretrained_plots
+    one = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct")])
+    assert pretrained_plots(one) == {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}
+    two = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct"),
+                                SimpleNamespace(model="pypi://Qwen2.5-Coder-0.5B-Instruct")])
+    assert pretrained_plots(two) == {
+        "pypi://Qwen2.5-Coder-0.5B-Instruct": "gsm8k_leaderboard/curves_qwen2.5-coder-0.5b-instruct.png",
+        "pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves_smollm2-135m-instruct.png"}

@@ -435,8 +435,9 @@ def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]
     return lines
 
 
-def render_before_after(section: BeforeAfter, plot: str | None = None) -> list[str]:
-    """One section per pretrained model: how to read it, the protocol, the table, the runs, the plot."""
+def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = None) -> list[str]:
+    """One section per pretrained model: how to read it, the protocol, the table, the runs, and its plot
+    (`plots`: model -> the image's path)."""
     lines = []
     for model in sorted(set(section.befores) | {row.model for row in section.rows}):
         rows = [row for row in section.rows if row.model == model]
@@ -446,10 +447,10 @@ def render_before_after(section: BeforeAfter, plot: str | None = None) -> list[s
         suite = suite_columns(section.columns)
         lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite)) + evidence_lines(rows, suite)
         lines += _details(section, rows) if rows else []
+        if rows and (plots or {}).get(model):
+            lines += ["", f"![held-out accuracy and training reward vs step, mean over seeds]({plots[model]})"]
     if section.left_out:
         lines += ["", "Not counted:", ""] + [f"- {_md(why)}" for why in section.left_out]
-    if plot and section.rows:
-        lines += ["", f"![held-out accuracy and training reward vs step, mean over seeds]({plot})"]
     return lines
 
 

@@ -10,7 +10,7 @@ Outputs (all deterministic: the same export gives byte-identical files):
   vs step, mean over seeds with a ±std band, one line per recipe).
 
 Exports with `evals` add a section per pretrained model (before_after.py: before -> after RL, mean,
-std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/curves.png; the training runs
+std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/ (one figure per model); the training runs
 it shows appear only there, not in the tiny-task table. Rows whose runs call tools get a before -> after
 section of their own too (tool_use_section.py). Written into the repository's own results/, the
 leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
@@ -220,6 +220,20 @@ def _one_protocol(task: str, runs: list[dict]) -> dict[str, str]:
 # ---- rendering ---------------------------------------------------------------------------------
 
 PRETRAINED_PLOT = "gsm8k_leaderboard/curves.png"  # the pretrained-model section's curves, under the out dir
+
+
+def pretrained_plots(section: BeforeAfter) -> dict[str, str]:
+    """Each pretrained model's curves, under the out dir: one figure per model, as the rows of different
+    models are never compared (and one legend of every model's rows would hide the curves)."""
+    models = sorted({row.model for row in section.rows})
+    if len(models) == 1:
+        return {models[0]: PRETRAINED_PLOT}
+    return {model: PRETRAINED_PLOT.replace(".png", f"_{_model_slug(model)}.png") for model in models}
+
+
+def _model_slug(model: str) -> str:
+    """`pypi://SmolLM2-135M-Instruct` -> `smollm2-135m-instruct`: a file name part."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", model.split("://")[-1]).strip("-").lower()
 SUITE_CURVE_KEY = "val/suite mean"
 
 
@@ -242,7 +256,7 @@ def render_markdown(board: Leaderboard, export_path: str, out_dir: str) -> str:
     if board.tool_use is not None:
         lines += render_tool_use(board.tool_use)
     if board.before_after is not None:
-        lines += render_before_after(board.before_after, PRETRAINED_PLOT)
+        lines += render_before_after(board.before_after, pretrained_plots(board.before_after))
     return "\n".join(lines) + "\n"
 
 
@@ -341,18 +355,18 @@ def plot_curves(board: Leaderboard, task: str, path: Path) -> Path:
     return plot_seed_curves(series, panels, path)
 
 
-def plot_pretrained_curves(section: BeforeAfter, path: Path) -> Path:
+def plot_pretrained_curves(section: BeforeAfter, model: str, path: Path) -> Path:
     """Held-out accuracy (the runs' validation subset, greedy) and training reward vs step, one line per
-    recipe: the mean over its seeds, shaded ±1 std."""
-    several_models = len({row.model for row in section.rows}) > 1
-    series = [((f"{row.recipe} · {row.model}" if several_models else row.recipe) + f" (n={len(row.runs)})",
-               [member.train_run for member in row.runs]) for row in section.rows]
+    recipe of `model`: the mean over its seeds, shaded ±1 std."""
+    series = [(f"{row.recipe} (n={len(row.runs)})", [member.train_run for member in row.runs])
+              for row in section.rows if row.model == model]
     acc_keys = sorted({key for _, runs in series for run in runs for key in run["history"] if is_task_acc_key(key)})
     panels = [(key, f"held-out {key[len('val/'):-len('/acc')]} acc during training") for key in acc_keys[:1]]
     if any(is_reasoning_gym(key[len("val/"):-len("/acc")]) for key in acc_keys):  # a suite: its mean over the tasks
         series = [(label, [with_suite_history(run, SUITE_CURVE_KEY) for run in runs]) for label, runs in series]
         panels = [(SUITE_CURVE_KEY, "held-out reasoning-gym suite mean during training (greedy, every test problem)")]
-    return plot_seed_curves(series, panels + [(TRAIN_REWARD_KEY, f"training reward ({TRAIN_REWARD_KEY})")], path)
+    return plot_seed_curves(series, panels + [(TRAIN_REWARD_KEY, f"training reward ({TRAIN_REWARD_KEY})")], path,
+                            title=f"{model}: mean over seeds, shaded ±1 std")
 
 
 def _display(path: str | Path) -> str:
@@ -385,7 +399,8 @@ def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path
     for task in board.tasks:
         written.append(plot_curves(board, task, out / plot_name(task)))
     if board.before_after is not None and board.before_after.rows:
-        written.append(plot_pretrained_curves(board.before_after, out / PRETRAINED_PLOT))
+        written += [plot_pretrained_curves(board.before_after, model, out / plot)
+                    for model, plot in pretrained_plots(board.before_after).items()]
     if out.resolve() == REPO_RESULTS:  # the committed leaderboard: the recipe READMEs show their rows too
         changed = update_recipe_readmes(board.before_after, REPO_RESULTS.parent / "recipes", source,
                                         board.rows, board.tasks)

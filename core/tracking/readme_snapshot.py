@@ -32,19 +32,20 @@ def steps_text(steps: list[int]) -> str:
 
 
 def render_snapshot(board: dict, source: str = SOURCE) -> str:
-    """The block's body: recipe, rank, suite mean and GSM8K strict as `before → after mean ± std`."""
+    """The block's body: per pretrained model, a table of recipe, rank, suite mean and GSM8K strict as
+    `before → after mean ± std` (rows of different models are never compared, so never share a table)."""
     section = board["before_after"]
     lines = [f"Generated from `{source}` by `python -m core.tracking.readme_snapshot` (do not edit); "
-             f"the full table, its protocol and budget: [{FULL_TABLE}]({FULL_TABLE}).", "",
-             "| recipe | rank | reasoning-gym suite mean | GSM8K strict | seeds | steps |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for row in section["rows"]:
-        before = section["before"].get(row["model"], {})
-        lines.append(f"| {row['recipe']} | {row['rank']} | {before_after(before.get(SUITE), row[SUITE])} | "
-                     f"{before_after(before.get(GSM8K), row[GSM8K])} | {row['seeds']} | {steps_text(row['steps'])} |")
-    models = sorted({row["model"] for row in section["rows"]})
-    lines += ["", f"Each cell is `before → after` RL, after as mean ± std over the seeds, for `{', '.join(models)}`; "
-              "*rank* comes from Holm-corrected pairwise Welch tests, and recipes no test separates share a rank."]
+             f"the full tables, their protocol and budgets: [{FULL_TABLE}]({FULL_TABLE})."]
+    for model in sorted({row["model"] for row in section["rows"]}, key=str.lower, reverse=True):
+        before = section["before"].get(model, {})
+        lines += ["", f"`{model}`:", "", "| recipe | rank | reasoning-gym suite mean | GSM8K strict | seeds | steps |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {row['recipe']} | {row['rank']} | {before_after(before.get(SUITE), row[SUITE])} | "
+                  f"{before_after(before.get(GSM8K), row[GSM8K])} | {row['seeds']} | {steps_text(row['steps'])} |"
+                  for row in section["rows"] if row["model"] == model]
+    lines += ["", "Each cell is `before → after` RL, after as mean ± std over the seeds; *rank* comes from "
+              "Holm-corrected pairwise Welch tests within one model's rows, and recipes no test separates share a rank."]
     return "\n".join(lines) + "\n"
 
 
