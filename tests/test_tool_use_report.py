@@ -44,7 +44,24 @@ def test_times_are_medians_after_the_first_step_and_the_tool_columns_are_the_too
     assert "largest single token 0.400 (0.200 single-turn)" in diff  # max over the steps, not the last
 
 
-def test_the_committed_page_is_what_the_committed_runs_give():
-    results = ROOT / "results" / "tool_use" / "gpu"
-    expected = "\n".join(tool_use_report.page(results)) + "\n"
-    assert (results / "README.md").read_text() == expected
+def test_the_per_turn_logprob_gap_is_the_mean_over_steps(tmp_path):
+    split = {"tool/call_rate": 0.5, "tool/errors": 0.0, "multi_turn/num_turns/mean": 2.0}
+    write_run(tmp_path, "vllm_tool", [
+        synthetic_step(1, 10.0, **split, **{"rollout/logprob_diff/first_turn_mean": 0.010,
+                                            "rollout/logprob_diff/later_turns_mean": 0.020}),
+        synthetic_step(2, 10.0, **split, **{"rollout/logprob_diff/first_turn_mean": 0.014,
+                                            "rollout/logprob_diff/later_turns_mean": 0.030})])
+    lines = tool_use_report.page(tmp_path, host="busy")
+    # (0.010 + 0.014) / 2 = 0.012; (0.020 + 0.030) / 2 = 0.025
+    assert any("averages 0.0120 on the first turn's sampled tokens and 0.0250 on the later turns'" in line
+               for line in lines)
+    assert "Device: SYNTHETIC GPU (busy)." in "\n".join(lines)
+
+
+def test_the_committed_pages_are_what_the_committed_runs_give():
+    host = {"gpu_shared_host": "one of 4 on a host whose other 3 GPUs ran 9 leaderboard training jobs meanwhile, "
+                               "sharing its 64 CPU cores"}
+    for name in ("gpu", "gpu_shared_host"):
+        results = ROOT / "results" / "tool_use" / name
+        expected = "\n".join(tool_use_report.page(results, host.get(name))) + "\n"
+        assert (results / "README.md").read_text() == expected
