@@ -9,7 +9,7 @@
 # The tool runs use tag actions (<python>code</python>, a turn ended by the stop string </python>): the small models
 # this suite runs on write no hermes <tool_call> JSON before training (recipes/tool_use/README.md says how it was
 # checked: bench/tool_format_probe.py); FORMAT=chat runs the chat-template calls instead, for a model that speaks them.
-# Environment: STEPS (12), RUNS ("tool single": which of the two), RUN_TIMEOUT_S per run (280: then SIGTERM to the
+# Environment: STEPS (12), RUNS ("tool single": which runs; single_tags is single-turn on the tool run's prompts), RUN_TIMEOUT_S per run (280: then SIGTERM to the
 # trainer alone, which stops after the step in flight, and a kill 60 s later), RESULTS (results/tool_use/gpu),
 # WORK (/tmp/tool_use_gpu), GSM8K_LOCAL (a folder with GSM8K's train.jsonl, instead of the Hub), FORMAT (tags),
 # LR (5e-6), OVERRIDES (more config overrides for every run, space-separated).
@@ -52,7 +52,10 @@ for engine in "${engines[@]}"; do
         case $kind in
             tool) run "${engine}_tool" "$tool_data" "rollout.name=$engine" "${tools[@]}" ;;
             single) run "${engine}_single" "$single_data" "rollout.name=$engine" ;;
-            *) echo "RUNS: unknown run $kind (expected tool, single)" >&2; exit 2 ;;
+            # Single-turn on the tool run's prompts: the same token mix without tools, so the tool run's first
+            # turn can be compared with a run that rebuilds no context at all.
+            single_tags) run "${engine}_single_tags" "$tool_data" "rollout.name=$engine" ;;
+            *) echo "RUNS: unknown run $kind (expected tool, single, single_tags)" >&2; exit 2 ;;
         esac
     done
 done

@@ -36,9 +36,11 @@ def first_to_last(steps: list[dict], key: str, spec: str = ".2f") -> str:
 def run_row(name: str, report: dict) -> str:
     steps, tool_run = report["steps"], name.endswith("_tool")
     engine = ENGINES.get(name.split("_")[0], name.split("_")[0])
+    rollout = ("multi-turn, Python tool" if tool_run else
+               "single-turn, tool prompt" if name.endswith("_single_tags") else "single-turn")
     diffs = [step["rollout/logprob_diff/max"] for step in steps if "rollout/logprob_diff/max" in step]
     return table_row([
-        engine, "multi-turn, Python tool" if tool_run else "single-turn", str(len(steps)),
+        engine, rollout, str(len(steps)),
         number_cell(steady(steps, "timing_s/step")), number_cell(steady(steps, "timing_s/gen")),
         number_cell(steady(steps, "timing_s/tool"), ".2f") if tool_run else "–",
         number_cell(steady(steps, "timing_s/old_log_prob")), number_cell(steady(steps, "timing_s/update_actor")),
@@ -50,7 +52,7 @@ def run_row(name: str, report: dict) -> str:
         number_cell(max(report["peak_memory_gib"] or [0.0]))])
 
 
-def engine_reading(engine: str, tool: dict | None, single: dict | None) -> list[str]:
+def engine_reading(engine: str, tool: dict | None, single: dict | None, same_prompts: dict | None = None) -> list[str]:
     """Numbers a reader compares, per engine: how far the engine's log-probs sit from the trainer's in each run
     (a context the trainer rebuilt differently from what the engine sampled would show here), and what the tool
     run's policy did with the tool over its steps."""
@@ -62,6 +64,10 @@ def engine_reading(engine: str, tool: dict | None, single: dict | None) -> list[
         lines.append(f"- {name}: `rollout/logprob_diff` averages {diff['tool'][0]:.4f} per sampled token with the "
                      f"tool ({diff['single'][0]:.4f} single-turn), its largest single token {diff['tool'][1]:.3f} "
                      f"({diff['single'][1]:.3f} single-turn).")
+    if same_prompts:
+        mean = statistics.mean(step["rollout/logprob_diff/mean"] for step in same_prompts["steps"])
+        lines.append(f"- {name}, single-turn on the tool run's prompts: `rollout/logprob_diff` averages {mean:.4f}, "
+                     "with no context rebuilt: the token mix's own gap.")
     if tool and all(TURN_SPLIT[0] in step for step in tool["steps"]):
         first, later = (statistics.mean(step[key] for step in tool["steps"]) for key in TURN_SPLIT)
         lines.append(f"- {name}, tool run: `rollout/logprob_diff` averages {first:.4f} on the first turn's sampled "
@@ -100,7 +106,8 @@ def page(results: Path, host: str | None = None) -> list[str]:
     lines += ["", "Each run's steps, one by one: `<engine>_<tool|single>/README.md` beside this page.", "",
               "## What the runs show", ""]
     lines += [line for engine in sorted({name.split("_")[0] for name in runs})
-              for line in engine_reading(engine, runs.get(f"{engine}_tool"), runs.get(f"{engine}_single"))]
+              for line in engine_reading(engine, runs.get(f"{engine}_tool"), runs.get(f"{engine}_single"),
+                                         runs.get(f"{engine}_single_tags"))]
     lines += ["", "Commands (each run's own):", ""]
     lines += [f"- {name}: `{report['command']}`" for name, report in sorted(runs.items())]
     return lines

@@ -51,7 +51,10 @@ def test_the_per_turn_logprob_gap_is_the_mean_over_steps(tmp_path):
                                             "rollout/logprob_diff/later_turns_mean": 0.020}),
         synthetic_step(2, 10.0, **split, **{"rollout/logprob_diff/first_turn_mean": 0.014,
                                             "rollout/logprob_diff/later_turns_mean": 0.030})])
+    write_run(tmp_path, "vllm_single_tags", [synthetic_step(1, 10.0), synthetic_step(2, 10.0)])
     lines = tool_use_report.page(tmp_path, host="busy")
+    assert any(line.startswith("| vLLM | single-turn, tool prompt | 2 |") for line in lines)
+    assert "- vLLM, single-turn on the tool run's prompts: `rollout/logprob_diff` averages 0.0100" in "\n".join(lines)
     # (0.010 + 0.014) / 2 = 0.012; (0.020 + 0.030) / 2 = 0.025
     assert any("averages 0.0120 on the first turn's sampled tokens and 0.0250 on the later turns'" in line
                for line in lines)
