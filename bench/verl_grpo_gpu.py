@@ -14,7 +14,9 @@ sync trainer) in verl's own environment (bench/requirements-verl.txt), never our
   2048 response tokens, two optimizer steps per rollout, clip 0.2/0.28, dual-clip 10, token-mean, no KL, dynamic
   sampling, overlong buffer 512, gradient checkpointing, bench/varied_reward.py as the reward.
 
-verl runs with the speed settings its performance tuning guide recommends (SPEED_SETTINGS). The model dir must be
+verl runs with the speed settings its performance tuning guide recommends (SPEED_SETTINGS, token_budgets), sequence
+packing included where flash-attn imports (`--packing auto`; `--packing off`: padded, as the first side-by-side
+ran). The model dir must be
 an HF checkpoint (verl loads its weights): bench/random_model.py writes a random-init one from a config dir.
 Writes OUT/verl.json: the composed verl config, verl's per-step metrics (`timing_s/*`, `perf/*`, as verl's file
 logger writes them: the same per-step schema as bench/grpo_vllm_gpu.py's grpo.json), each GPU's peak memory from
@@ -40,23 +42,18 @@ from gpu_memory import PeakMemoryMonitor, device_name  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTOR, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-# Token budget of one forward/backward per GPU: what our `actor.micro_batch_tokens` is at the grpo shape.
-MAX_TOKENS_PER_GPU = 16384
 # verl's performance tuning guide: sequence packing, micro-batches by token count instead of by row count,
-# vLLM's CUDA graphs, vLLM's memory freed during training; its forward-only passes may take larger
-# micro-batches than the update (the guide's "forward-only parameters can be larger", here 2×); FSDP2.
+# vLLM's CUDA graphs, vLLM's memory freed during training; FSDP2. The token budgets are per shape (SHAPES).
 SPEED_SETTINGS = [
     "actor_rollout_ref.model.use_remove_padding=true",
     f"{ACTOR}.use_dynamic_bsz=true",
-    f"{ACTOR}.ppo_max_token_len_per_gpu={MAX_TOKENS_PER_GPU}",
-    f"{ROLLOUT}.log_prob_max_token_len_per_gpu={2 * MAX_TOKENS_PER_GPU}",
     f"{ROLLOUT}.enforce_eager=false",
     f"{ROLLOUT}.free_cache_engine=true",
     f"{ACTOR}.strategy=fsdp2",
 ]
-# Without flash-attn (PyPI has it as source only; its prebuilt wheels are on GitHub) verl cannot pack sequences: its
-# packed path runs flash-attention 2's varlen kernels. It then runs padded, with PyTorch's SDPA, which is not verl at
-# its best; the report lists both settings from the recorded config.
+# verl packs sequences only through flash-attention 2's varlen kernels. `--packing off` (or auto without flash-attn:
+# PyPI has it as source only, bench/build_flash_attn.sh builds it) runs verl padded, with PyTorch's SDPA: not verl
+# at its best, kept so that the first side-by-side's numbers stay reproducible; the report lists both settings.
 WITHOUT_FLASH_ATTN = ["actor_rollout_ref.model.use_remove_padding=false",
                       "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
 # What every shape shares with our GRPO-family steps: GRPO advantages, no KL anywhere, token-mean loss, one
@@ -69,15 +66,19 @@ COMMON = [
     f"{ROLLOUT}.tensor_model_parallel_size=1", f"{ROLLOUT}.temperature=1.0", f"{ROLLOUT}.top_p=1.0",
     f"{ROLLOUT}.top_k=-1",
 ]
+# Token budgets per GPU (`max_tokens`): verl's guide asks for ppo_max_token_len_per_gpu of at least 2 × (prompt +
+# response length) and as large as memory allows, and lets forward-only passes take more than the update (here 2×).
+# 16384 is our `actor.micro_batch_tokens` at the grpo shape, so both frameworks get the same micro-batch size;
+# at dapo8b it is 6.4× the guide's floor and fit 2 H200s (peak 118.6 GiB) padded.
 SHAPES = {
-    "grpo": {"gpus": 1, "overrides": [
+    "grpo": {"gpus": 1, "prompt": 384, "response": 512, "max_tokens": 16384, "overrides": [
         "data.train_batch_size=32", "data.max_prompt_length=384", "data.max_response_length=512",
         f"{ROLLOUT}.n=8", f"{ACTOR}.ppo_mini_batch_size=32",  # one optimizer step per rollout
         f"{ACTOR}.optim.weight_decay=0.0", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2",
         f"{ACTOR}.clip_ratio_c=3.0", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         f"{ROLLOUT}.gpu_memory_utilization=0.4",
     ]},
-    "dapo8b": {"gpus": 2, "overrides": [
+    "dapo8b": {"gpus": 2, "prompt": 512, "response": 2048, "max_tokens": 16384, "overrides": [
         "data.train_batch_size=16", "data.max_prompt_length=512", "data.max_response_length=2048",
         f"{ROLLOUT}.n=16", f"{ACTOR}.ppo_mini_batch_size=8",  # two optimizer steps per rollout
         f"{ACTOR}.optim.weight_decay=0.01", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.28",
@@ -97,6 +98,12 @@ KEPT_PREFIXES = ("timing_s/", "perf/", "response_length/", "prompt_length/", "ac
                  "critic/score/mean", "training/")
 
 
+def token_budgets(shape: str) -> list[str]:
+    """The update's and the forward-only log-prob pass's token budgets per GPU (verl's dynamic batch sizes)."""
+    tokens = SHAPES[shape]["max_tokens"]
+    return [f"{ACTOR}.ppo_max_token_len_per_gpu={tokens}", f"{ROLLOUT}.log_prob_max_token_len_per_gpu={2 * tokens}"]
+
+
 def verl_overrides(shape: str, model_dir: str, data: str, steps: int, out: Path, extra: list[str]) -> list[str]:
     """main_ppo's command-line overrides: the run's inputs, the shape's work, verl's speed settings, then `extra`."""
     gpus = SHAPES[shape]["gpus"]
@@ -107,7 +114,18 @@ def verl_overrides(shape: str, model_dir: str, data: str, steps: int, out: Path,
         "trainer.logger=[console,file]", "trainer.project_name=recipezoo-bench", f"trainer.experiment_name=verl-{shape}",
         f"trainer.default_local_dir={out / 'checkpoints'}",
     ]
-    return run + COMMON + SHAPES[shape]["overrides"] + SPEED_SETTINGS + extra
+    return run + COMMON + SHAPES[shape]["overrides"] + SPEED_SETTINGS + token_budgets(shape) + extra
+
+
+def packing_on(packing: str) -> bool:
+    """Whether verl packs: `on` needs flash-attn (refused in one line without it), `auto` follows it."""
+    installed = importlib.util.find_spec("flash_attn") is not None
+    if packing == "on" and not installed:
+        raise SystemExit("--packing on needs flash-attn in verl's environment: bash bench/build_flash_attn.sh "
+                         "--python $(which python) --wheel-dir DIR, then python bench/flash_attn_check.py")
+    if packing == "auto" and not installed:
+        print("flash-attn is not installed: verl runs without sequence packing, with SDPA (not at its best)", flush=True)
+    return packing != "off" and installed
 
 
 def verl_config_dir() -> Path:
@@ -179,17 +197,19 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--out", required=True)
     parser.add_argument("--timeout-s", type=int, default=0, help="stop verl after this many seconds; 0: no limit")
+    parser.add_argument("--packing", choices=("auto", "on", "off"), default="auto",
+                        help="verl's sequence packing (use_remove_padding): auto = on where flash-attn imports")
     args, extra = parser.parse_known_args(argv)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    if importlib.util.find_spec("flash_attn") is None:
-        print("flash-attn is not installed: verl runs without sequence packing, with SDPA (not at its best)", flush=True)
+    if not packing_on(args.packing):
         extra = WITHOUT_FLASH_ATTN + extra
     overrides = verl_overrides(args.shape, str(Path(args.model_dir).resolve()), str(Path(args.data).resolve()),
                                args.steps, out, extra)
     report = {"framework": "verl", "shape": args.shape, "gpus": SHAPES[args.shape]["gpus"], "device": device_name(),
               "versions": versions(), "command": shlex.join(["python", "bench/verl_grpo_gpu.py", *sys.argv[1:]]),
               "overrides": overrides, "config": compose(overrides)}
+    report["packing"] = report["config"]["actor_rollout_ref"]["model"]["use_remove_padding"]
     report |= run_verl(overrides, out, args.timeout_s)
     (out / "verl.json").write_text(json.dumps(report, indent=1) + "\n")
     times = [f"{s['timing_s/step']:.2f}" for s in report["steps"]]

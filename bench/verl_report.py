@@ -81,8 +81,9 @@ def load_run(path: Path, framework: str) -> dict:
     own = f" {versions[framework.lower()]}" if versions.get(framework.lower()) else ""
     run = {"label": f"{framework}{own}{engine}", "file": path.name, "device": report.get("device", "?"),
            "command": report.get("command", "?"), "config": report.get("config", {}),
-           # bench/verl_grpo_gpu.py records flash-attn's version, None where it was absent (verl then runs padded)
-           "padded": "flash-attn" in versions and versions["flash-attn"] is None}
+           # verl ran padded where its recorded config says so (--packing off), or where flash-attn was absent
+           "padded": setting(report.get("config", {}), "actor_rollout_ref.model.use_remove_padding") is False
+           or ("flash-attn" in versions and versions["flash-attn"] is None)}
     peaks = report.get("peak_memory_gib") or []
     run["peak_memory_gib"] = max(peaks) if peaks else None
     steps = report.get("steps") or []

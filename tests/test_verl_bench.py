@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from verl_grpo_gpu import WITHOUT_FLASH_ATTN, compose, read_steps, verl_overrides  # noqa: E402
+from verl_grpo_gpu import SHAPES, WITHOUT_FLASH_ATTN, compose, packing_on, read_steps, token_budgets, verl_overrides  # noqa: E402
 from verl_report import verl_section, write_verl_plot  # noqa: E402
 
 needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None or importlib.util.find_spec("hydra") is None,
@@ -241,3 +241,30 @@ def test_verl_accepts_the_composed_config(shape, tmp_path):
     config_module.validate_config(config, use_reference_policy=False, use_critic=False)
     actor = config_module.omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     assert actor.engine.strategy == "fsdp2"
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_token_budgets_meet_verls_floor_and_give_the_log_prob_pass_twice_the_update(shape):
+    # verl's performance tuning guide: ppo_max_token_len_per_gpu >= 2 × (max prompt + max response length).
+    update, log_prob = (int(o.split("=")[1]) for o in token_budgets(shape))
+    assert update >= 2 * (SHAPES[shape]["prompt"] + SHAPES[shape]["response"]) and log_prob == 2 * update
+    lengths = {o.split("=")[0]: int(o.split("=")[1]) for o in SHAPES[shape]["overrides"] if "max_" in o}
+    assert (lengths["data.max_prompt_length"], lengths["data.max_response_length"]) == \
+        (SHAPES[shape]["prompt"], SHAPES[shape]["response"])  # the budget's lengths are the run's
+
+
+def test_packing_follows_flash_attn_unless_forced(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # no flash-attn
+    assert not packing_on("auto") and not packing_on("off")
+    with pytest.raises(SystemExit, match="build_flash_attn.sh"):
+        packing_on("on")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert packing_on("auto") and packing_on("on") and not packing_on("off")  # off: the padded run on purpose
+
+
+def test_a_verl_run_padded_on_purpose_with_flash_attn_installed_is_still_reported_padded(synthetic_runs):
+    report = json.loads((synthetic_runs / "e2e_verl.json").read_text())
+    report["versions"]["flash-attn"] = "2.8.3"
+    report["config"]["actor_rollout_ref"]["model"]["use_remove_padding"] = False  # --packing off
+    write(synthetic_runs, "e2e_verl.json", report)
+    assert "against verl without sequence packing" in "\n".join(verl_section(synthetic_runs))
