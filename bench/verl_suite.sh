@@ -1,27 +1,70 @@
 #!/usr/bin/env bash
 # Ours vs verl vs TRL on the same GPUs in one call, then the side-by-side table in results/perf/README.md:
-#   1 GPU:  one GRPO step (Qwen3-0.6B, 32 prompts × 8): ours and TRL (bench/perf_e2e_suite.sh), ours again in
+#   1 GPU:  GRPO steps (Qwen3-0.6B, 32 prompts × 8): ours and TRL (bench/perf_e2e_suite.sh), ours again in
 #           verl's environment (vLLM 0.24.0), verl's main_ppo (bench/verl_grpo_gpu.py --shape grpo)
-#   2 GPUs: one DAPO step (Qwen3-8B, 16 prompts × 16, responses up to 2048): ours (bench/scale_suite.py) and
+#   2 GPUs: DAPO steps (Qwen3-8B, 16 prompts × 16, responses up to 2048): ours (bench/scale_suite.py) and
 #           verl (--shape dapo8b); skipped on a machine with fewer than 2 GPUs
 # Writes results/perf/{e2e_ours,e2e_trl,e2e_ours_vllm024,e2e_verl,dapo8b_ours,dapo8b_verl}.json.
-# Needs: NVIDIA GPUs (80 GB for the GRPO step; the 8B step needs 2 with more, e.g. H200), internet (pip, GSM8K),
+# Needs: NVIDIA GPUs (80 GB for the GRPO steps; the 8B steps need 2 with more, e.g. H200), internet (pip, GSM8K),
 # Python 3.12. The two environments are made on first use under VENVS, or given:
 #   OURS_PY=/path/to/python  ours:  pip install -e . -r bench/requirements-gpu.txt
-#   VERL_PY=/path/to/python  verl:  pip install --require-hashes -r bench/requirements-verl.txt, then
-#                                   flash-attn ($VERL_FLASH_ATTN_WHEEL) and ours (pip install -e .)
-# Usage: bash bench/verl_suite.sh   (VERL_SUITE_STEPS=4, VERL_SUITE_SHAPES="grpo dapo8b",
-#                                    VERL_SUITE_TIMEOUT=1800 s per verl run, BENCH_WORK=/tmp for inputs and logs)
+#   VERL_PY=/path/to/python  verl:  pip install --require-hashes -r bench/requirements-verl.txt, pip install -e .,
+#                                   flash-attn: bash bench/build_flash_attn.sh (--flash-attn-wheels DIR here)
+# Usage: bash bench/verl_suite.sh [options]
+#   --shapes "grpo dapo8b"   --steps 4 (at least 4: the table compares the steps after the first)
+#   --packing auto|on|off    verl's sequence packing; auto: on where flash-attn imports and bench/flash_attn_check.py
+#                            passes on this GPU; off: padded with SDPA, as the first side-by-side ran
+#   --flash-attn-wheels DIR  install flash-attn into verl's env from DIR (or build it there) when it is missing
+#   --runs "ours trl ours024 verl"   a subset re-runs only those columns
+#   --side-by-side           every column on its own GPUs at the same time (1+1+1 for grpo, 2+2 for dapo8b)
+#                            instead of one after another on the same GPUs
+#   --background / --status  start the whole call detached (log and done-marker in BENCH_WORK/verl_suite), then
+#                            poll it: the 8B verl run alone takes ~9 min to its first step
+# Env: VERL_SUITE_TIMEOUT=1800 s per verl run, BENCH_WORK=/tmp for inputs and logs, VENVS.
 set -uo pipefail
+SELF=$(realpath "$0")
 cd "$(dirname "$0")/.." || exit
 ROOT=$PWD
 VENVS=${VENVS:-$HOME/.cache/recipezoo-bench}
-STEPS=${VERL_SUITE_STEPS:-4}
-SHAPES=" ${VERL_SUITE_SHAPES:-grpo dapo8b} "
-TIMEOUT=${VERL_SUITE_TIMEOUT:-1800}
+STEPS=${VERL_SUITE_STEPS:-4} SHAPES=" ${VERL_SUITE_SHAPES:-grpo dapo8b} " TIMEOUT=${VERL_SUITE_TIMEOUT:-1800}
+PACKING=auto WHEELS="" RUNS=" ours trl ours024 verl " SIDE_BY_SIDE=0 MODE=run ARGS=("$@")
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --shapes) SHAPES=" $2 "; shift 2 ;;
+        --steps) STEPS=$2; shift 2 ;;
+        --packing) PACKING=$2; shift 2 ;;
+        --flash-attn-wheels) WHEELS=$2; shift 2 ;;
+        --runs) RUNS=" $2 "; shift 2 ;;
+        --side-by-side) SIDE_BY_SIDE=1; shift ;;
+        --background) MODE=background; shift ;;
+        --status) MODE=status; shift ;;
+        *) echo "verl_suite.sh: unknown argument $1 (see the header of bench/verl_suite.sh)" >&2; exit 2 ;;
+    esac
+done
+[ "$STEPS" -ge 4 ] || { echo "verl_suite.sh: --steps $STEPS: at least 4, so that 3 steps follow the first" >&2; exit 2; }
+case $PACKING in auto|on|off) ;; *) echo "verl_suite.sh: --packing auto, on or off, not $PACKING" >&2; exit 2 ;; esac
 export BENCH_WORK=${BENCH_WORK:-/tmp}
-# The prebuilt flash-attn 2.8.3 for torch 2.11 / CUDA 13.0 / cp312 that verl's own [fsdp] extra installs.
-VERL_FLASH_ATTN_WHEEL=${VERL_FLASH_ATTN_WHEEL:-https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/v0.9.4/flash_attn-2.8.3+cu130torch2.11-cp312-cp312-linux_x86_64.whl}
+SUITE_DIR="$BENCH_WORK/verl_suite"
+mkdir -p "$SUITE_DIR"
+
+case $MODE in
+    status)
+        if [ -f "$SUITE_DIR/suite.done" ]; then echo "done: exit $(cat "$SUITE_DIR/suite.done")"
+        elif kill -0 "$(cat "$SUITE_DIR/suite.pid" 2>/dev/null)" 2>/dev/null; then echo "running (pid $(cat "$SUITE_DIR/suite.pid"))"
+        else echo "not started (or killed): no $SUITE_DIR/suite.done"; fi
+        grep -E "^(==|verl |ours|trl|step )|[Ee]rror|failed|skipped" "$SUITE_DIR/suite.log" 2>/dev/null | tail -n 20
+        exit 0 ;;
+    background)
+        rm -f "$SUITE_DIR/suite.done"
+        rest=()
+        for arg in "${ARGS[@]}"; do [ "$arg" = --background ] || rest+=("$arg"); done
+        nohup bash -c "bash $(printf '%q ' "$SELF" "${rest[@]}") >'$SUITE_DIR/suite.log' 2>&1; echo \$? >'$SUITE_DIR/suite.done'" \
+            >/dev/null 2>&1 &
+        echo $! >"$SUITE_DIR/suite.pid"
+        echo "started (pid $!): log $SUITE_DIR/suite.log; poll with: bash bench/verl_suite.sh --status"
+        exit 0 ;;
+esac
+
 # The same sampler for every framework (ours turns FlashInfer's off); NVLink multicast off where GPUs are shared.
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} \
     NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
@@ -35,7 +78,6 @@ venv() {  # venv NAME: a Python 3.12 virtualenv under VENVS, its installs done o
             "$dir/bin/pip" install -e "$ROOT" -r "$ROOT/bench/requirements-gpu.txt" >&2 || return 1
         else
             "$dir/bin/pip" install --require-hashes -r "$ROOT/bench/requirements-verl.txt" >&2 \
-                && "$dir/bin/pip" install --no-deps "$VERL_FLASH_ATTN_WHEEL" >&2 \
                 && "$dir/bin/pip" install -e "$ROOT" >&2 || return 1
         fi
         touch "$dir/.installed"
@@ -45,36 +87,76 @@ venv() {  # venv NAME: a Python 3.12 virtualenv under VENVS, its installs done o
 OURS_PY=${OURS_PY:-$(venv ours)} || { echo "could not make ours' environment" >&2; exit 1; }
 VERL_PY=${VERL_PY:-$(venv verl)} || { echo "could not make verl's environment" >&2; exit 1; }
 with() { PATH="$(dirname "$1"):$PATH" "${@:2}"; }  # with PYTHON CMD...: CMD with that env's python3 first
+wants() { [[ $RUNS == *" $1 "* ]]; }
+
+verl_packing() {  # on or off: what verl runs with, after flash-attn is installed and checked on this GPU
+    [ "$PACKING" = off ] && { echo off; return; }
+    if ! "$VERL_PY" -c "import flash_attn" 2>/dev/null && [ -n "$WHEELS" ]; then
+        bash bench/build_flash_attn.sh --python "$VERL_PY" --wheel-dir "$WHEELS" >&2
+    fi
+    if CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} "$VERL_PY" bench/flash_attn_check.py >&2; then echo on; return; fi
+    [ "$PACKING" = on ] && { echo "== --packing on, but flash-attn is missing or failed its check: verl not run" >&2; return 1; }
+    echo "== flash-attn missing or failed its check: verl runs padded (not at its best)" >&2
+    echo off
+}
 
 source bench/gpu_inputs.sh  # random_model, gsm8k_train512: made once under BENCH_WORK, as perf_e2e_suite.sh does
-SUITE_DIR="$BENCH_WORK/verl_suite"
-
-grpo_shape() {  # one GPU: ours, TRL, ours on verl's vLLM, verl; the same prompts and random model for all
-    export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-    with "$OURS_PY" env E2E_STEPS="$STEPS" E2E_LOGS="$BENCH_WORK" bash bench/perf_e2e_suite.sh
-    with "$VERL_PY" env E2E_STEPS="$STEPS" E2E_LOGS="$BENCH_WORK" E2E_RUNS=ours E2E_OURS_NAME=e2e_ours_vllm024 \
-        bash bench/perf_e2e_suite.sh
-    "$VERL_PY" bench/verl_grpo_gpu.py --shape grpo --model-dir "$(with "$OURS_PY" random_model qwen3-0.6b)" \
-        --data "$(with "$OURS_PY" gsm8k_train512)" --steps "$STEPS" --timeout-s "$TIMEOUT" --out "$SUITE_DIR/grpo"
-    cp "$SUITE_DIR/grpo/verl.json" results/perf/e2e_verl.json  # written with verl's error when it failed
+NEXT_GPU=0
+alloc() {  # alloc N: DEVICES = the next N GPUs under --side-by-side (each column its own), else the first N
+    local first=$(( SIDE_BY_SIDE ? NEXT_GPU : 0 ))
+    NEXT_GPU=$(( first + $1 ))
+    DEVICES=$(seq -s, "$first" $(( first + $1 - 1 )))
+}
+launch() {  # launch N NAME CMD...: CMD on N GPUs; under --side-by-side in the background, beside the others
+    alloc "$1"
+    echo "== $2 on GPU $DEVICES"
+    if [ "$SIDE_BY_SIDE" = 1 ]; then CUDA_VISIBLE_DEVICES=$DEVICES "${@:3}" & else CUDA_VISIBLE_DEVICES=$DEVICES "${@:3}"; fi
 }
 
-dapo8b_shape() {  # two GPUs: our DAPO launcher as bench/scale_suite.py runs it, then verl's on the same data
-    export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0,1}
+grpo_shape() {  # one GPU each: ours then TRL, ours on verl's vLLM, verl; the same prompts and random model for all
+    local model data ours_runs
+    data=$(with "$OURS_PY" gsm8k_train512) && model=$(with "$OURS_PY" random_model qwen3-0.6b) || return 1
+    ours_runs=$(for run in ours trl; do wants "$run" && printf '%s ' "$run"; done)
+    if [ -n "$ours_runs" ]; then
+        launch 1 "$ours_runs" with "$OURS_PY" env E2E_STEPS="$STEPS" E2E_LOGS="$BENCH_WORK" E2E_RUNS="$ours_runs" \
+            bash bench/perf_e2e_suite.sh
+    fi
+    if wants ours024; then
+        launch 1 ours024 with "$VERL_PY" env E2E_STEPS="$STEPS" E2E_LOGS="$BENCH_WORK" E2E_RUNS=ours \
+            E2E_OURS_NAME=e2e_ours_vllm024 bash bench/perf_e2e_suite.sh
+    fi
+    if wants verl; then launch 1 "verl grpo" verl_run grpo "$model" "$data" e2e_verl; fi
+}
+
+dapo8b_shape() {  # two GPUs each: our DAPO launcher as bench/scale_suite.py runs it, and verl's on the same data
+    local model data=$BENCH_WORK/gsm8k_splits
+    model=$(with "$OURS_PY" random_model qwen3-8b) || return 1
+    for split in train test; do  # made before the runs, which may start together
+        [ -f "$data/$split.parquet" ] || "$OURS_PY" -m core.cli data gsm8k --split "$split" --out "$data" || return 1
+    done
+    if wants ours; then launch 2 "ours dapo8b" ours_dapo8b "$data"; fi
+    if wants verl; then launch 2 "verl dapo8b" verl_run dapo8b "$model" "$data/train.parquet" dapo8b_verl; fi
+}
+
+ours_dapo8b() {
     with "$OURS_PY" bash bench/scale_suite.sh --recipes dapo --controllers torchrun --gpus 2 --steps "$STEPS" \
-        --no-raw-vllm --data "$BENCH_WORK/gsm8k_splits" --work "$SUITE_DIR/scale" --out "$SUITE_DIR/scale" \
+        --no-raw-vllm --data "$1" --work "$SUITE_DIR/scale" --out "$SUITE_DIR/scale" \
         && cp "$SUITE_DIR/scale/dapo_qwen3-8b_2gpu_torchrun.json" results/perf/dapo8b_ours.json \
         || echo "ours (dapo8b) failed: see $SUITE_DIR/scale/logs" >&2
-    "$VERL_PY" bench/verl_grpo_gpu.py --shape dapo8b --model-dir "$(with "$OURS_PY" random_model qwen3-8b)" \
-        --data "$BENCH_WORK/gsm8k_splits/train.parquet" --steps "$STEPS" --timeout-s "$TIMEOUT" --out "$SUITE_DIR/dapo8b"
-    cp "$SUITE_DIR/dapo8b/verl.json" results/perf/dapo8b_verl.json
 }
 
-if [[ $SHAPES == *" grpo "* ]]; then
-    (grpo_shape)
-fi
+verl_run() {  # verl_run SHAPE MODEL DATA NAME: verl's main_ppo, its json into results/perf/NAME.json
+    "$VERL_PY" bench/verl_grpo_gpu.py --shape "$1" --model-dir "$2" --data "$3" --steps "$STEPS" \
+        --timeout-s "$TIMEOUT" --packing "$VERL_PACKING" --out "$SUITE_DIR/$1"
+    cp "$SUITE_DIR/$1/verl.json" "results/perf/$4.json"  # written with verl's error when it failed
+}
+
+if wants verl; then VERL_PACKING=$(verl_packing) || RUNS=${RUNS/ verl / }; fi
+[[ $SHAPES == *" grpo "* ]] && grpo_shape
 if [[ $SHAPES == *" dapo8b "* ]]; then
     gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
-    if [ "$gpus" -ge 2 ]; then (dapo8b_shape); else echo "dapo8b skipped: it needs 2 GPUs, this machine has $gpus" >&2; fi
+    if [ "$gpus" -ge $(( SIDE_BY_SIDE ? NEXT_GPU + 4 : 2 )) ]; then dapo8b_shape
+    else echo "dapo8b skipped: it needs 2 GPUs (4 beside grpo's under --side-by-side), this machine has $gpus" >&2; fi
 fi
+wait  # the columns started side by side
 "$OURS_PY" bench/perf_report.py
