@@ -139,3 +139,59 @@ def test_a_prompt_that_is_not_messages_names_the_prompt_key(tmp_path):
     path = write_rows(rows, tmp_path / "train.jsonl")
     with pytest.raises(ConfigError, match=r"row 1 \(data.val_files\): field 'prompt' \(data.prompt_key\) must be"):
         check_data_schema([path], "prompt", "reward_model.ground_truth", files_key="data.val_files")
+
+
+# ---- memory per GPU: the launch check's model and refusal ----------------------------------------------
+QWEN3_8B_RANDOM = ("model.path=bench/configs/qwen3-8b", "model.init=random")  # Qwen3-8B's config.json, nothing downloaded
+
+
+def test_run_qwen3_8b_dry_run_shows_each_phase_per_gpu_with_its_parts(gsm8k_dir):
+    result = run_script(gsm8k_dir, "--dry-run", *QWEN3_8B_RANDOM)
+    assert result.returncode == 0, result.stderr
+    # 8.19B parameters over 8 GPUs, GiB: without gradients 12 B + the reference's 4 = 15.3, with them 19.1;
+    # the engine's share 0.5 × 79.2 = 39.6; a micro-batch of 32 sequences × (512 + 1024) = 49152 tokens.
+    assert ("memory       per GPU of a 79.2 GiB GPU (none here: an H100 80GB's, as CUDA counts it), 8.19B parameters, "
+            "prompts at data.max_prompt_length (512 tokens), responses at full length") in result.stdout
+    assert ("  generation  58.3 GiB  73.6% = training state without gradients 15.3 + the engine's "
+            "rollout.gpu_memory_utilization=0.5 share 39.6 + CUDA runtime 3.4\n") in result.stdout
+    assert ("= training state 19.1 + gathered weights 6.8 + activations of 49152 tokens 24.3 + CUDA runtime 3.4 "
+            "(53.6 GiB must fit) + blocks the caching allocator keeps 35.2\n") in result.stdout
+    assert ("  target      ≤ 95% of the GPU: the update is over (at full-length prompts: the data's mean needs less); "
+            "within it with actor.micro_batch_tokens=37462 or less") in result.stdout
+    assert "would refuse" not in result.stdout
+
+
+def over_memory(gsm8k_dir) -> list[str]:
+    # GRPO 8B on 2 GPUs with an engine share of 0.6: its generation phase cannot fit an H100.
+    return [*QWEN3_8B_RANDOM, f"data.train_files={gsm8k_dir}/train.parquet", f"data.val_files={gsm8k_dir}/test.parquet",
+            "trainer.n_gpus_per_node=2", "rollout.name=vllm", "rollout.gpu_memory_utilization=0.6",
+            "data.train_batch_size=4", "actor.ppo_mini_batch_size=2"]
+
+
+def launch_refusal(overrides: list[str]) -> str:
+    from core.config import load_config
+    from core.trainer.memory_estimate import check_run_fits
+
+    with pytest.raises(ValueError) as refused:
+        check_run_fits(load_config("grpo", overrides), "bench/configs/qwen3-8b", 2, with_reference=True,
+                       with_critic=False)
+    return str(refused.value)
+
+
+def test_the_dry_run_refuses_a_setting_over_memory_as_the_launch_does(capsys, gsm8k_dir, monkeypatch):
+    import torch
+
+    class H100:
+        total_memory = int(79.2 * 2**30)
+
+    overrides = over_memory(gsm8k_dir)
+    code, out, _ = dry_run(capsys, *overrides)  # no GPU here: the plan says what the launch would say on an H100
+    assert code == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: H100())
+    message = launch_refusal(overrides)
+    assert message.startswith("generation needs ") and "rollout.gpu_memory_utilization to " in message
+    assert f"  launch      would refuse on a 79.2 GiB GPU: {message}\n" in out
+    code, out, err = dry_run(capsys, *overrides)  # on the H100: refused, in the launch's words
+    assert code == 1 and out == ""
+    assert err.startswith(f"recipezoo: ValueError: {message} — ")

@@ -9,14 +9,14 @@ What stays resident on each GPU through a step (FSDP2 shards it over every rank)
 with `actor.cpu_offload` these live in host memory instead. The rollout engine takes
 `rollout.gpu_memory_utilization` of the device while it generates (its weights, bf16, must fit in
 that share with room for a KV cache); the HF backend holds a whole fp32 copy of the policy. With
-`trainer.placement=disaggregated` the engine has a GPU of its own, and the training GPUs hold no engine. Activations
-come on top and depend on micro-batching, so the check leaves 10% of the device for them and for CUDA's own context.
+`trainer.placement=disaggregated` the engine has a GPU of its own, and the training GPUs hold no engine.
 
-`per_gpu_memory` is the longer arithmetic the scale plan (bench/scale_plan.py) records and the launch
-check (`check_run_fits`) applies: the same sharded state, plus the all-gathered weights and the activations
-of one micro-batch, phase by phase (generation, with the engine awake; training, with it asleep), as
-nvidia-smi counts a GPU: with the CUDA runtime and the blocks PyTorch's caching allocator keeps, two terms
-fit on measured runs (RUNTIME_GIB, CACHED_ACTIVATION_SETS).
+`per_gpu_memory` adds the all-gathered weights and the activations of one micro-batch, phase by phase
+(generation, with the engine awake; training, with it asleep), as nvidia-smi counts a GPU: with the CUDA
+runtime and the blocks PyTorch's caching allocator keeps, two terms fit on measured runs (RUNTIME_GIB,
+CACHED_ACTIVATION_SETS). The scale plan (bench/scale_plan.py) records it, the dry run prints it
+(core/trainer/plan.py) and the launch check (`check_run_fits`) refuses by it, the last two through
+`run_memory` and `check_fits`, so both say the same.
 """
 
 from __future__ import annotations
@@ -29,33 +29,8 @@ GIB = 1024 ** 3
 REFERENCE_BYTES_PER_PARAM = 4
 FROZEN_BASE_BYTES_PER_PARAM = {"fp32": 4, "bf16": 2, "auto": 2}  # a LoRA base, on a GPU (auto = bf16 there)
 ROLLOUT_BYTES_PER_PARAM = 2  # bf16 engine weights
-HEADROOM = 0.10  # activations, CUDA context, fragmentation
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    params: int
-    ranks: int
-    resident_gib: float  # training state per GPU, held through generation too
-    rollout_gib: float  # the engine's share while it generates (0 for the HF backend)
-    rollout_weights_gib: float  # the engine's bf16 weights per GPU
-    colocated: bool = True  # the engine on the training GPUs (trainer.placement=colocated), else on its own
-
-    @property
-    def peak_gib(self) -> float:
-        """The fullest GPU's: a training GPU with its engine, or, disaggregated, whichever pool's is fuller."""
-        if self.colocated:
-            return self.resident_gib + self.rollout_gib
-        return max(self.resident_gib, self.rollout_gib)
-
-    def summary(self) -> str:
-        head = (f"{self.params / 1e9:.2f}B parameters over {self.ranks} GPU(s): ≈ {self.resident_gib:.1f} GiB of "
-                "training state")
-        if not self.colocated:
-            return (f"{head} per GPU and {self.rollout_gib:.1f} GiB for the rollout engine on a GPU of its own, before "
-                    "activations")
-        return (f"{head} + {self.rollout_gib:.1f} GiB for the rollout engine = {self.peak_gib:.1f} GiB per GPU before "
-                "activations")
+PEAK_TARGET = 0.95  # issue 35's target, the dry run's and bench/scale_plan.py's: no GPU above 95% of its memory
+ENGINES = ("vllm", "sglang")  # rollout backends that take rollout.gpu_memory_utilization of the device
 
 
 def count_parameters(model_path: str, trust_remote_code: bool = False, gguf_file: str | None = None) -> int:
@@ -102,59 +77,53 @@ def training_state(config, params: int, ranks: int, *, with_reference: bool, wit
     return {kind: value * on_gpu / max(ranks, 1) for kind, value in state.items()}
 
 
-def estimate(config, params: int, ranks: int, device_gib: float, *, with_reference: bool, with_critic: bool,
-             adapter_params: int = 0) -> MemoryEstimate:
-    """`adapter_params` > 0: a LoRA policy (`count_adapter_parameters`) over a frozen base of `params`."""
-    state = training_state(config, params, ranks, with_reference=with_reference, with_critic=with_critic,
-                           adapter_params=adapter_params)
-    engine = config.rollout.name in ("vllm", "sglang")
-    tp = config.rollout.tensor_model_parallel_size
-    # The HF backend keeps a whole fp32 copy of the policy on every GPU (and its KV cache, not counted).
-    rollout_gib = config.rollout.gpu_memory_utilization * device_gib if engine else params * 4 / GIB
-    return MemoryEstimate(
-        params=params, ranks=ranks, resident_gib=sum(state.values()) / GIB, rollout_gib=rollout_gib,
-        rollout_weights_gib=params * ROLLOUT_BYTES_PER_PARAM / tp / GIB if engine else 0.0,
-        colocated=OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated")
-
-
-def check_fits(found: MemoryEstimate, device_gib: float) -> None:
-    """One-line error, naming the keys that change the answer, when the run cannot fit a GPU (the dry run's
-    coarse check: activations as a 10% headroom; the launch checks each phase, `check_phases`)."""
-    check_engine_holds_weights(found)
-    usable = device_gib * (1 - HEADROOM)
-    if found.peak_gib > usable:
+def check_engine_holds_weights(config, params: int, device_bytes: float) -> None:
+    rollout = config.rollout
+    if rollout.name not in ENGINES:
+        return
+    share = rollout.gpu_memory_utilization * device_bytes
+    weights = params * ROLLOUT_BYTES_PER_PARAM / rollout.tensor_model_parallel_size
+    if weights >= share:
         raise ValueError(
-            f"the run needs {found.summary()}, more than {usable:.0f} GiB of a {device_gib:.0f} GiB GPU: use more "
-            "GPUs (trainer.n_gpus_per_node / torchrun ranks), actor.cpu_offload=true, or a lower "
-            "rollout.gpu_memory_utilization")
-
-
-def check_engine_holds_weights(found: MemoryEstimate) -> None:
-    if found.rollout_gib and found.rollout_weights_gib >= found.rollout_gib:
-        raise ValueError(
-            f"rollout.gpu_memory_utilization gives the engine {found.rollout_gib:.1f} GiB per GPU but its bf16 weights "
-            f"alone need {found.rollout_weights_gib:.1f} GiB ({found.params / 1e9:.2f}B parameters): raise "
+            f"rollout.gpu_memory_utilization gives the engine {share / GIB:.1f} GiB per GPU but its bf16 weights "
+            f"alone need {weights / GIB:.1f} GiB ({params / 1e9:.2f}B parameters): raise "
             "rollout.gpu_memory_utilization or rollout.tensor_model_parallel_size")
+
+
+def run_memory(config, model_path: str, ranks: int, device_bytes: float, *, with_reference: bool,
+               with_critic: bool) -> tuple[int, dict | None]:
+    """`model_path`'s parameter count and its `per_gpu_memory` on a GPU of `device_bytes`, prompts at
+    data.max_prompt_length (the worst case: no tokenizer yet); None in place of the phases for a config
+    that is not a Llama-style decoder's (no shape to count activations from)."""
+    model = config.model
+    params = count_parameters(model_path, model.trust_remote_code, model.gguf_file)
+    try:
+        shape = ModelShape.from_pretrained(model_path, model.trust_remote_code, model.gguf_file)
+    except AttributeError:
+        return params, None
+    return params, per_gpu_memory(config, shape, params, ranks, device_bytes, with_reference=with_reference,
+                                  with_critic=with_critic, adapter_params=count_adapter_parameters(config, model_path))
+
+
+def check_fits(config, params: int, device_bytes: float, found: dict | None) -> None:
+    """One-line error when a GPU cannot hold the run: the engine's share against its weights, then each
+    phase's certain memory (`check_phases`; without the phases, the share is all there is to check)."""
+    check_engine_holds_weights(config, params, device_bytes)
+    if found is not None:
+        check_phases(config, found)
 
 
 def check_run_fits(config, model_path: str, ranks: int, *, with_reference: bool, with_critic: bool) -> None:
     """On a CUDA machine, before any model loads or engine starts: fail in one line when a GPU cannot hold
-    the run: the engine's share against its weights, then each phase's certain memory with prompts at
-    data.max_prompt_length (`check_phases`)."""
+    the run (`check_fits`). The dry run on a CUDA machine refuses the same way (core/trainer/plan.py)."""
     import torch
 
     if config.trainer.device == "cpu" or not torch.cuda.is_available():
         return
     device_bytes = torch.cuda.get_device_properties(0).total_memory
-    params = count_parameters(model_path, config.model.trust_remote_code, config.model.gguf_file)
-    options = dict(with_reference=with_reference, with_critic=with_critic,
-                   adapter_params=count_adapter_parameters(config, model_path))
-    check_engine_holds_weights(estimate(config, params, ranks, device_bytes / GIB, **options))
-    try:
-        shape = ModelShape.from_pretrained(model_path, config.model.trust_remote_code, config.model.gguf_file)
-    except AttributeError:  # not a Llama-style decoder config: the engine-share check above is all there is
-        return
-    check_phases(config, per_gpu_memory(config, shape, params, ranks, device_bytes, **options))
+    params, found = run_memory(config, model_path, ranks, device_bytes, with_reference=with_reference,
+                               with_critic=with_critic)
+    check_fits(config, params, device_bytes, found)
 
 
 # ---- phase by phase (bench/scale_plan.py) ----------------------------------------------------------
@@ -267,7 +236,7 @@ def rollout_bytes(config, shape: ModelShape, params: int, device_bytes: float) -
     """The engine's share while it generates: `gpu_memory_utilization` of the device, of which its bf16
     weights (split over `rollout.tensor_model_parallel_size`) come first and the rest bounds the KV cache."""
     rollout = config.rollout
-    if rollout.name not in ("vllm", "sglang"):
+    if rollout.name not in ENGINES:
         return {"share": params * 4, "weights": params * 4, "kv_cache": 0.0, "kv_tokens_per_engine": 0.0}
     tp = rollout.tensor_model_parallel_size
     share = rollout.gpu_memory_utilization * device_bytes
@@ -282,7 +251,8 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
                    with_reference: bool, with_critic: bool, adapter_params: int = 0,
                    prompt_tokens: float | None = None) -> dict:
     """Bytes per GPU as nvidia-smi counts them, phase by phase. Generation: the sharded state without
-    gradients (freed after each optimizer step), the engine's share and the runtime. Training (the engine
+    gradients (freed after each optimizer step), the engine's share (`engine`: none on the training GPUs under
+    trainer.placement=disaggregated) and the runtime. Training (the engine
     asleep): all the state, the gathered copies, one micro-batch's activations and the runtime
     (`training_allocated`, what must fit), plus the blocks the caching allocator keeps from earlier
     micro-batches (`allocator_cache`, what is likely). `prompt_tokens`: see `micro_batch_tokens`."""
@@ -295,10 +265,12 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
                                    chunk_tokens=actor.logprob_chunk_tokens)
     rollout = rollout_bytes(config, shape, params, device_bytes)
     runtime = RUNTIME_GIB * GIB
-    generation = sum(state.values()) - state["grads"] + rollout["share"] + runtime
+    colocated = OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated"
+    engine = rollout["share"] * colocated
+    generation = sum(state.values()) - state["grads"] + engine + runtime
     allocated = sum(state.values()) + sum(gathered.values()) + sum(activations.values()) + runtime
     cache = CACHED_ACTIVATION_SETS * token_activations(activations)
-    return {"state": state, "gathered": gathered, "activations": activations, "rollout": rollout,
+    return {"state": state, "gathered": gathered, "activations": activations, "rollout": rollout, "engine": engine,
             "micro_batch_tokens": tokens, "runtime": runtime, "allocator_cache": cache,
             "generation_peak": generation, "training_allocated": allocated, "training_peak": allocated + cache,
             "peak": max(generation, allocated + cache), "device": device_bytes}
@@ -319,8 +291,23 @@ def micro_batch_tokens_within(found: dict, limit: float, *, cached: bool) -> int
 
 def engine_share_within(config, found: dict, limit: float) -> float:
     """The largest `rollout.gpu_memory_utilization` whose generation phase stays within `limit` bytes."""
-    resident = found["generation_peak"] - found["rollout"]["share"]
-    return max((limit - resident) / found["device"], 0.0) if config.rollout.name in ("vllm", "sglang") else 0.0
+    resident = found["generation_peak"] - found["engine"]
+    return max((limit - resident) / found["device"], 0.0) if config.rollout.name in ENGINES else 0.0
+
+
+def phase_parts(config, found: dict) -> dict[str, dict[str, float]]:
+    """Each phase's certain memory (`per_gpu_memory`) by named part, in bytes: what the launch check's
+    error and the dry run list."""
+    state = found["state"]
+    engine = (f"the engine's rollout.gpu_memory_utilization={config.rollout.gpu_memory_utilization} share"
+              if config.rollout.name in ENGINES else "the HF engine's fp32 weights")
+    generation = {"training state without gradients": sum(state.values()) - state["grads"], engine: found["engine"],
+                  "CUDA runtime": found["runtime"]}
+    update = {"training state": sum(state.values()), "gathered weights": sum(found["gathered"].values()),
+              f"activations of {found['micro_batch_tokens']} tokens": sum(found["activations"].values()),
+              "CUDA runtime": found["runtime"]}
+    return {"generation": {name: value for name, value in generation.items() if value or name != engine},
+            "update": update}
 
 
 def check_phases(config, found: dict) -> None:
@@ -328,20 +315,17 @@ def check_phases(config, found: dict) -> None:
     the GPU: what it needs, and the key that brings it within the device."""
     device, gib = found["device"], lambda value: f"{value / GIB:.1f} GiB"
     more = "more GPUs (trainer.n_gpus_per_node / torchrun ranks) or actor.cpu_offload=true"
-    if found["generation_peak"] > device:
+    parts = {phase: " + ".join(f"{name} {gib(value)}" for name, value in named.items())
+             for phase, named in phase_parts(config, found).items()}
+    # Generation holds less than the update but the engine's share: with no engine on this GPU, the update's check says it.
+    if found["engine"] and found["generation_peak"] > device:
         share = engine_share_within(config, found, device)
-        raise ValueError(
-            f"generation needs {gib(found['generation_peak'])} per GPU (training state without gradients "
-            f"{gib(found['generation_peak'] - found['rollout']['share'] - found['runtime'])} + the engine's "
-            f"rollout.gpu_memory_utilization={config.rollout.gpu_memory_utilization} share "
-            f"{gib(found['rollout']['share'])} + CUDA runtime {gib(found['runtime'])}) of a {gib(device)} GPU: "
-            f"lower rollout.gpu_memory_utilization to {share:.2f} or less, or use {more}")
+        lever = f"lower rollout.gpu_memory_utilization to {share:.2f} or less, or use {more}" if share else f"use {more}"
+        raise ValueError(f"generation needs {gib(found['generation_peak'])} per GPU ({parts['generation']}) of a "
+                         f"{gib(device)} GPU: {lever}")
     if found["training_allocated"] > device:
         budget = micro_batch_tokens_within(found, device, cached=False)
         lever = (f"set actor.micro_batch_tokens={budget} or less (now {found['micro_batch_tokens']} tokens a "
                  f"micro-batch), or use {more}") if budget else f"use {more}"
-        raise ValueError(
-            f"the update needs {gib(found['training_allocated'])} per GPU (training state "
-            f"{gib(sum(found['state'].values()))} + gathered weights {gib(sum(found['gathered'].values()))} + "
-            f"activations of {found['micro_batch_tokens']} tokens {gib(sum(found['activations'].values()))} + "
-            f"CUDA runtime {gib(found['runtime'])}) of a {gib(device)} GPU: {lever}")
+        raise ValueError(f"the update needs {gib(found['training_allocated'])} per GPU ({parts['update']}) of a "
+                         f"{gib(device)} GPU: {lever}")

@@ -18,7 +18,15 @@ from core.config.validate import CONTROLLER_PACKAGES, ROLLOUT_PACKAGES, planned_
 from core.data.dataset import get_field, read_rows
 from core.models.fetch import PYPI_PREFIX, FetchError, describe_pypi_model
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
-from core.trainer.memory_estimate import GIB, check_fits, count_adapter_parameters, count_parameters, estimate
+from core.trainer.memory_estimate import (
+    GIB,
+    PEAK_TARGET,
+    check_fits,
+    engine_share_within,
+    micro_batch_tokens_within,
+    phase_parts,
+    run_memory,
+)
 from core.trainer.setup import data_files
 
 PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR`"
@@ -59,7 +67,7 @@ def make_plan(config) -> dict:
         "critic": critic_summary(config) if config.algorithm.adv_estimator == "gae" else None,
         "data": {"train": train_rows, "val": val_rows,
                  "fields": ["data_source", data.prompt_key, data.ground_truth_key]},
-        "memory": memory_summary(config, world),
+        "memory": memory_plan(config, world),
         "notes": plan_notes(config, world, installed, sum(train_rows.values())),
     }
 
@@ -118,21 +126,62 @@ def placed_roles(config, world: int) -> dict[str, int]:
     return placed
 
 
-def memory_summary(config, world: int) -> str:
-    """The per-GPU memory estimate, from a local model dir's config.json (a hub id would need a download);
-    on a CUDA machine a run that cannot fit fails here, as the real run would before loading."""
+# No GPU here: the figures as on the GPU the 8-GPU scripts name, an H100 80GB, as CUDA counts it (torch's total_memory).
+ASSUMED_GPU_GIB = 79.2
+
+
+def memory_plan(config, world: int) -> dict:
+    """Per GPU, phase by phase, the launch check's model (`run_memory`) against this machine's GPU, or, with
+    none, an H100 80GB's; a local model dir's config.json is read (a hub id would need a download). On a
+    CUDA machine a run the launch would refuse fails here with the launch's message; without one the
+    message is kept, for the GPU assumed."""
     path = Path(config.model.path).expanduser()
     if config.model.init == "pretrained" and not (path / "config.json").exists():
-        return "estimated at launch (model.path is not a local dir with config.json)"
-    uses_ref = bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward)
-    critic = config.algorithm.adv_estimator == "gae"
-    params = count_parameters(str(path), config.model.trust_remote_code, config.model.gguf_file)
-    device_gib = torch.cuda.get_device_properties(0).total_memory / GIB if torch.cuda.is_available() else 80.0
-    found = estimate(config, params, world, device_gib, with_reference=uses_ref, with_critic=critic,
-                     adapter_params=count_adapter_parameters(config, str(path)))
-    if torch.cuda.is_available():
-        check_fits(found, device_gib)
-    return found.summary() + ("" if torch.cuda.is_available() else " (engine share as of an 80 GiB GPU)")
+        return {"note": "estimated at launch (model.path is not a local dir with config.json)"}
+    if config.trainer.device == "cpu":
+        return {"note": "trainer.device=cpu: no GPU to plan for"}
+    on_gpu = torch.cuda.is_available() and config.trainer.device != "cpu"
+    device = torch.cuda.get_device_properties(0).total_memory if on_gpu else ASSUMED_GPU_GIB * GIB
+    params, found = run_memory(config, str(path), world, device,
+                               with_reference=bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward),
+                               with_critic=config.algorithm.adv_estimator == "gae")
+    refusal = None
+    try:
+        check_fits(config, params, device, found)
+    except ValueError as error:
+        if on_gpu:
+            raise
+        refusal = str(error)
+    plan = {"params": params, "gpu_gib": round(device / GIB, 1), "assumed_gpu": not on_gpu, "refusal": refusal}
+    if found is None:
+        return {**plan, "note": "phases estimated for Llama-style decoder configs only"}
+    gib = lambda value: round(value / GIB, 1)  # noqa: E731
+    parts = {phase: {name: gib(value) for name, value in named.items()}
+             for phase, named in phase_parts(config, found).items()}
+    return {**plan, "prompt_tokens": config.data.max_prompt_length, "target": PEAK_TARGET,
+            "generation": {"gib": gib(found["generation_peak"]), "parts": parts["generation"]},
+            "update": {"gib": gib(found["training_peak"]), "certain_gib": gib(found["training_allocated"]),
+                       "parts": parts["update"], "allocator_cache": gib(found["allocator_cache"])},
+            "rollout_gpu_gib": None if found["engine"] else gib(found["rollout"]["share"] + found["runtime"]),
+            "over_target": over_target(config, found)}
+
+
+def over_target(config, found: dict) -> str | None:
+    """The fuller phase over PEAK_TARGET of the GPU and the setting that brings it within, None when both are."""
+    limit = PEAK_TARGET * found["device"]
+    if found["peak"] <= limit:
+        return None
+    more = "more GPUs or actor.cpu_offload=true"
+    if found["generation_peak"] >= found["training_peak"]:
+        share = engine_share_within(config, found, limit)
+        lever = f"rollout.gpu_memory_utilization={share:.2f} or less, or {more}" if share else more
+        return f"generation is over; within it with {lever}"
+    budget = micro_batch_tokens_within(found, limit, cached=True)
+    lever = (f"actor.micro_batch_tokens={budget} or less (now {found['micro_batch_tokens']} tokens a micro-batch), "
+             f"or {more}") if budget else more
+    # Rows of full-length prompts, the worst case: a budget in tokens does not depend on prompt lengths.
+    worst = "" if config.actor.micro_batch_tokens else " (at full-length prompts: the data's mean needs less)"
+    return f"the update is over{worst}; within it with {lever}"
 
 
 def model_source(path: str) -> str:
@@ -298,7 +347,7 @@ def format_plan(plan: dict) -> str:
         lines.append(f"critic       {critic['model_path']} + scalar value head; lr {critic['lr']}; ppo_epochs "
                      f"{critic['ppo_epochs']}; micro-batch {critic['micro_batch_size']}; value clip "
                      f"{critic['cliprange_value']}; actor waits {critic['warmup_steps']} steps (trainer.critic_warmup)")
-    lines.append(f"memory       {plan['memory']}")
+    lines += _memory_lines(plan["memory"])
     lines.append(f"data         every row has {', '.join(plan['data']['fields'])}")
     for split in ("train", "val"):
         lines += [f"  {split:5s} {path} ({rows} rows)" for path, rows in plan["data"][split].items()]
@@ -323,6 +372,37 @@ def _batch_lines(batch: dict, n: int) -> list[str]:
         f"  micro-batch/device        {batch['micro_batch_size']} sequences, "
         f"{batch['grad_accumulation_steps']} gradient-accumulation steps",
     ]
+
+
+def _memory_lines(memory: dict) -> list[str]:
+    """The dry run's memory block: each phase's GiB per GPU with its parts, against the GPU and PEAK_TARGET."""
+    if "gpu_gib" not in memory:
+        return [f"memory       {memory['note']}"]
+    gpu = memory["gpu_gib"]
+    which = "none here: an H100 80GB's, as CUDA counts it" if memory["assumed_gpu"] else "this machine's GPU 0"
+    lines = [f"memory       per GPU of a {gpu} GiB GPU ({which}), {memory['params'] / 1e9:.2f}B parameters"]
+    if "note" in memory:
+        lines[0] += f"; {memory['note']}"
+    else:
+        lines[0] += f", prompts at data.max_prompt_length ({memory['prompt_tokens']} tokens), responses at full length"
+
+        def phase(name: str, found: dict, cache: str = "") -> str:
+            parts = " + ".join(f"{part} {gib}" for part, gib in found["parts"].items())
+            return f"  {name:11s}{found['gib']:5.1f} GiB {found['gib'] / gpu:6.1%} = {parts}{cache}"
+
+        update = memory["update"]
+        lines += [phase("generation", memory["generation"]),
+                  phase("update", update, f" ({update['certain_gib']} GiB must fit) + blocks the caching allocator "
+                                          f"keeps {update['allocator_cache']}")]
+        if memory["rollout_gpu_gib"] is not None:
+            lines.append(f"  rollout GPU {memory['rollout_gpu_gib']:.1f} GiB: the engine's share + CUDA runtime, on GPUs "
+                         "of its own")
+        over = memory["over_target"]
+        lines.append(f"  target      ≤ {memory['target']:.0%} of the GPU: " +
+                     (over or "both phases within it"))
+    if memory["refusal"]:
+        lines.append(f"  launch      would refuse on a {gpu} GiB GPU: {memory['refusal']}")
+    return lines
 
 
 def _multi_turn_text(multi_turn: dict | None) -> str:
