@@ -1,0 +1,102 @@
+"""bench/verl_numerics.py on CPU: the saved batch, our side on the tiny model, the diff bookkeeping, a hand-computed
+advantage and loss, and verl's core_algos beside ours (skipped where verl is not importable)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import verl_numerics as numerics  # noqa: E402
+
+from core.data.batch import Batch  # noqa: E402
+from core.models.tiny import build_tiny_tokenizer  # noqa: E402
+from tests.helpers_policy import sampled_batch, tiny_policy  # noqa: E402
+
+needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None,
+                                reason="verl is installed in its own environment (bench/requirements-verl.txt)")
+
+
+def hand_batch() -> Batch:
+    """Groups a = (1, 0) and b = (3, 1) of outcome rewards; responses of 1, 2, 2 and 3 tokens."""
+    lengths, rewards = [1, 2, 2, 3], [1.0, 0.0, 3.0, 1.0]
+    mask = torch.tensor([[1] * n + [0] * (3 - n) for n in lengths])  # (4, 3)
+    token_rewards = torch.zeros(4, 3)
+    token_rewards[torch.arange(4), torch.tensor(lengths) - 1] = torch.tensor(rewards)  # on the last token
+    return Batch(tensors={"response_mask": mask, "token_level_rewards": token_rewards},
+                 non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)})
+
+
+def test_grpo_advantages_and_the_loss_at_ratio_one_by_hand():
+    batch = hand_batch()
+    out = numerics.ours_losses(batch, torch.zeros(4, 3))
+    # Each group: mean ± 1/√2 · std, so A = ±1/√2 (unbiased std, ε = 1e-6 aside): (+, −, +, −).
+    a = 1 / np.sqrt(2)
+    torch.testing.assert_close(out["advantages"][:, 0], torch.tensor([a, -a, a, -a], dtype=torch.float32), atol=1e-5,
+                               rtol=0)
+    # ratio 1: token-mean of −A = −(a·1 − a·2 + a·2 − a·3) / 8 = 2a / 8.
+    assert float(out["pg_loss"]) == pytest.approx(2 * a / 8, abs=1e-5)
+    assert float(out["pg_loss_perturbed"]) != pytest.approx(float(out["pg_loss"]))  # the clip has work to do
+
+
+def test_diffs_count_only_response_tokens():
+    batch = hand_batch()
+    ours = {"advantages": torch.zeros(4, 3), "pg_loss": torch.tensor(0.5)}
+    verl = {"advantages": torch.zeros(4, 3), "pg_loss": torch.tensor(0.25)}
+    verl["advantages"][0, 2] = 100.0  # a padding token: not compared
+    verl["advantages"][3, 2] = -0.125
+    assert numerics.compare(batch, ours, verl) == {"advantages": 0.125, "pg_loss": 0.25}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The tiny policy saved as an HF dir, and a batch it sampled, with rewards and groups, saved as the GPU run
+    would save it."""
+    tmp = tmp_path_factory.mktemp("numerics")
+    tokenizer = build_tiny_tokenizer()
+    model = tiny_policy(tokenizer)
+    model.save_pretrained(tmp / "model")
+    batch = sampled_batch(model, tokenizer, tmp, prompts=4, n=3, max_new_tokens=12)
+    mask = batch["response_mask"]
+    rewards = torch.zeros(mask.shape)
+    rewards[torch.arange(len(batch)), mask.sum(1) - 1] = torch.arange(len(batch), dtype=torch.float32) % 3
+    batch.tensors["token_level_rewards"] = rewards
+    batch.non_tensors["uid"] = np.array([str(row // 3) for row in range(len(batch))], dtype=object)  # as the trainer
+    numerics.save_batch(batch, tmp / "batch.pt")
+    return tmp, model, batch
+
+
+def test_a_saved_batch_loads_back_with_its_groups(saved):
+    tmp, _, batch = saved
+    loaded = numerics.load_batch(tmp / "batch.pt")
+    for key in numerics.BATCH_KEYS:
+        assert torch.equal(loaded[key], batch[key]), key
+    assert list(loaded.non_tensors["uid"]) == [str(uid) for uid in batch.non_tensors["uid"]]
+    torch.save({"input_ids": batch["input_ids"]}, tmp / "partial.pt")
+    with pytest.raises(SystemExit, match="lacks"):
+        numerics.load_batch(tmp / "partial.pt")
+
+
+def test_our_old_log_probs_are_the_models_own_log_softmax(saved):
+    tmp, model, batch = saved
+    ours = numerics.ours_log_probs(batch, str(tmp / "model"), "cpu", micro_batch_tokens=64)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits
+    width = batch["responses"].shape[1]
+    naive = torch.log_softmax(logits[:, -width - 1:-1].float(), -1).gather(-1, batch["responses"][..., None])[..., 0]
+    torch.testing.assert_close(ours, naive * batch["response_mask"], rtol=1e-5, atol=1e-5)
+
+
+@needs_verl
+def test_verls_advantages_and_loss_equal_ours_on_the_same_batch(saved):
+    _, _, batch = saved
+    old = -torch.rand(batch["response_mask"].shape, generator=torch.Generator().manual_seed(0)) * batch["response_mask"]
+    diffs = numerics.compare(batch, numerics.ours_losses(batch, old), numerics.verl_losses(batch, old))
+    assert set(diffs) == {"advantages", "pg_loss", "pg_loss_perturbed"}
+    assert max(diffs.values()) < 1e-6, diffs
