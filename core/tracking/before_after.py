@@ -18,6 +18,7 @@ from typing import Any
 
 from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.run_export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
+from core.tracking.schedules import schedule_lines, schedule_plots, schedule_records
 from core.tracking.seed_stats import SeedStats
 from core.tracking.suite_rank import (
     SUITE_MEAN,
@@ -446,6 +447,7 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
         suite = suite_columns(section.columns)
         lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite)) + evidence_lines(rows, suite)
+        lines += schedule_lines(rows, section.columns, schedule_plots(section).get(model))
         lines += _details(section, rows) if rows else []
         if rows and (plots or {}).get(model):
             lines += ["", f"![held-out accuracy and training reward vs step, mean over seeds]({plots[model]})"]
@@ -484,7 +486,10 @@ def before_after_records(section: BeforeAfter) -> dict:
     befores = {model: {column.name: _round(values.get(column)) for column in section.columns}
                | ({SUITE_MEAN: _round(run_suite_mean(values, suite))} if suite else {})
                for model, values in sorted(section.befores.items())}
-    return {"columns": columns, "before": befores, "rows": rows, "runs": runs, "left_out": section.left_out}
+    schedules = {model: records for model in sorted({row.model for row in section.rows})
+                 if (records := schedule_records([row for row in section.rows if row.model == model], section.columns))}
+    return {"columns": columns, "before": befores, "rows": rows, "runs": runs, "left_out": section.left_out,
+            **({"schedules": schedules} if schedules else {})}
 
 
 def _sharing(most: int) -> str:

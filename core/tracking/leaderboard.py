@@ -51,6 +51,7 @@ from core.tracking.run_export import (
     check_unique_seeds,
     is_task_acc_key,
 )
+from core.tracking.schedules import write_schedule_plots
 from core.tracking.seed_stats import SeedStats, plot_seed_curves
 from core.tracking.suite_rank import with_suite_history
 from core.tracking.tool_use_section import ToolUseSection, build_tool_use, render_tool_use, tool_use_records
@@ -401,6 +402,7 @@ def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path
     if board.before_after is not None and board.before_after.rows:
         written += [plot_pretrained_curves(board.before_after, model, out / plot)
                     for model, plot in pretrained_plots(board.before_after).items()]
+        written += write_schedule_plots(board.before_after, out)  # only where rows of several schedules sit
     if out.resolve() == REPO_RESULTS:  # the committed leaderboard: the recipe READMEs show their rows too
         changed = update_recipe_readmes(board.before_after, REPO_RESULTS.parent / "recipes", source,
                                         board.rows, board.tasks)

@@ -44,6 +44,14 @@ EXPORTED_PARAMS = (
     "rollout.val_temperature",
     "trainer.seed",
     "trainer.total_steps",
+    # How the rollouts were scheduled (core/tracking/schedules.py reads a row's schedule from them).
+    "algorithm.rollout_correction.mode",
+    "trainer.max_staleness",
+    "trainer.n_gpus_per_node",
+    "trainer.partial_rollout",
+    "trainer.placement",
+    "trainer.rollout_workers",
+    "trainer.schedule",
 )
 # Tags of `recipezoo eval --tag ...` runs that the before -> after section groups by.
 EVAL_STAGE_TAG = "eval_stage"        # before | after
@@ -195,6 +203,7 @@ def _export_run(client, run) -> dict:
         "step_seconds": round(sum(v for _, v in step_times) / len(step_times), 3) if step_times else None,
         # The first step also pays one-time costs (kernel compilation, CUDA graphs, allocator growth).
         "steady_step_seconds": steady_seconds([v for _, v in step_times]),
+        **({"step_clock": _step_clock(client, info.run_id)} if step_times else {}),
         # Where a step's time goes (gen, old_log_prob, update_actor, ...): means over the steps, 0 s stages left out.
         "stage_seconds": {stage: round(sum(v for _, v in points) / len(points), 3)
                           for stage, points in stages.items() if points and any(v > 0 for _, v in points)},
@@ -204,6 +213,17 @@ def _export_run(client, run) -> dict:
         "final": final,
         "history": histories,
     }
+
+
+def _step_clock(client, run_id: str) -> list[list[float]]:
+    """[[step, seconds]]: from the first step's start (its metrics' log time less its timing_s/step) to the log
+    time of each step's metrics, the wall-clock a schedule took to get there (model load and engine start left
+    out). A step logged twice (a resume) counts at its last log."""
+    logged = {int(m.step): (m.timestamp / 1000, float(m.value))
+              for m in sorted(client.get_metric_history(run_id, STEP_TIME_KEY), key=lambda m: (m.step, m.timestamp))}
+    first = min(logged)
+    start = logged[first][0] - logged[first][1]
+    return [[step, round(logged[step][0] - start, 3)] for step in sorted(logged)]
 
 
 def _logprob_diff(history, metrics: dict) -> dict | None:
