@@ -25,6 +25,16 @@ invocations/ (how each invocation ran, for --merge's README).
 
 --lora-rank R trains LoRA policies (actor.lora.rank=R; set their learning rate with --lr) and names their
 rows <recipe>-lora<R>, so they sit beside the full-weight rows of the same recipes in one leaderboard.
+
+--schedule sync one_step_off async (issue 38, "schedules at equal cost") trains every recipe × seed under each
+schedule (trainer.schedule), in rows named <recipe>-<schedule>[-s<K>][-partial][-disagg<R>+<T>][-<correction>]
+(core/tracking/schedules.py); sync rows keep the plain recipe name, the on-policy baseline the others are measured
+against, so existing tables read as before. --rollout-correction none tis makes each off-policy schedule's rows
+with and without that correction (algorithm.rollout_correction.mode). Colocated schedules run like any job, on one
+GPU; --placement disaggregated --gpus-per-job N runs the off-policy rows under Ray (a local cluster per job) with
+--rollout-gpus of the job's N GPUs generating and the rest training (trainer.placement=disaggregated). The
+section then gets a table of wall-clock, speed-up against sync and whether each row's accuracy lies within the
+sync row's 95% interval, and a figure of reward against step and wall-clock. For speed-ups, --runs-per-gpu 1.
 """
 
 from __future__ import annotations
@@ -51,9 +61,14 @@ from bench.gsm8k_report import (  # noqa: E402
 )
 from bench.leaderboard_suites import SUITES, Suite  # noqa: E402
 from bench.tiny_baselines import VARIANTS  # noqa: E402
+from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS  # noqa: E402
+from core.config import ConfigError, load_config  # noqa: E402
 from core.tracking.recipe_readmes import lora_row  # noqa: E402
 from core.tracking.run_export import MODEL_SHA_TAG  # noqa: E402
+from core.tracking.schedules import SYNC, RunSchedule  # noqa: E402
 
+SCHEDULE_NAMES = ("sync", "one_step_off", "async")  # core/trainer/schedule.py's SCHEDULES
+CORRECTIONS = (NO_CORRECTION, *ROLLOUT_CORRECTIONS.names())
 LOG_TAIL_LINES = 40
 GRACE_S, EXPORT_S = 40, 20  # with --time-limit-s: a job's overrun before it is stopped; the final export
 MIN_TRAIN_S = 90            # engine start and a first step: a job with less time left is not started
@@ -65,7 +80,8 @@ class Job:
     variant: str | None           # None: the pretrained model's evaluation
     seed: int
     row: str | None = None        # its leaderboard row (the `recipe` tag): the variant, or <variant>-lora<R>
-    gpu: str = ""
+    schedule: RunSchedule = RunSchedule()
+    gpu: str = ""                 # CUDA_VISIBLE_DEVICES: one id, or several (a disaggregated job's)
     process: subprocess.Popen | None = None
     started: float = 0.0
     ended: float | None = None
@@ -104,6 +120,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(core/models/identity.py): the one a committed table was made with")
     parser.add_argument("--lora-rank", type=int, default=None, help="train LoRA policies of this rank "
                         "(actor.lora.rank), in rows named <recipe>-lora<rank>; default: full weights")
+    schedules = parser.add_argument_group("schedules (trainer.schedule; core/trainer/schedule.py)")
+    schedules.add_argument("--schedule", nargs="+", default=[SYNC], choices=list(SCHEDULE_NAMES),
+                           help="train every recipe × seed under each; rows <recipe>-<schedule>, sync's plain <recipe>")
+    schedules.add_argument("--rollout-correction", nargs="+", default=["none"], choices=list(CORRECTIONS),
+                           help="off-policy rows with each algorithm.rollout_correction.mode (sync rows: none)")
+    schedules.add_argument("--max-staleness", type=int, default=None, help="async rows: trainer.max_staleness")
+    schedules.add_argument("--partial-rollout", action="store_true", help="async rows: trainer.partial_rollout=true")
+    schedules.add_argument("--placement", default="colocated", choices=["colocated", "disaggregated"],
+                           help="off-policy rows: disaggregated puts the engines on GPUs of their own under Ray "
+                           "(sync rows stay colocated on one GPU: the baseline)")
+    schedules.add_argument("--gpus-per-job", type=int, default=1, help="a disaggregated job's GPUs, rollout + training")
+    schedules.add_argument("--rollout-gpus", type=int, default=1, help="of a disaggregated job's GPUs, how many "
+                           "generate (trainer.rollout_workers); the rest train (trainer.n_gpus_per_node)")
     budget = parser.add_argument_group("the budget every run shares")
     budget.add_argument("--steps", type=int, default=25)
     budget.add_argument("--prompts", type=int, default=64, help="prompts per step (data.train_batch_size)")
@@ -137,7 +166,85 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.model = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     if [o for o in args.overrides if o.startswith("-")]:
         parser.error(f"unrecognized arguments: {' '.join(o for o in args.overrides if o.startswith('-'))}")
+    check_placement_flags(args, parser)
     return args
+
+
+def check_placement_flags(args, parser) -> None:
+    """What the flags alone tell: a split that leaves no GPU to train on, or flags no job would read."""
+    if args.placement == "disaggregated" and not 1 <= args.rollout_gpus < args.gpus_per_job:
+        parser.error(f"--placement disaggregated with --gpus-per-job {args.gpus_per_job} --rollout-gpus "
+                     f"{args.rollout_gpus}: a job needs at least one rollout GPU and one training GPU, e.g. "
+                     "--gpus-per-job 2 --rollout-gpus 1")
+    if args.placement == "colocated" and args.gpus_per_job != 1:
+        parser.error(f"--gpus-per-job {args.gpus_per_job} with --placement colocated: a colocated job runs on one GPU "
+                     "(trainer.controller=local); pass --placement disaggregated to give jobs several")
+    off_policy = [schedule for schedule in args.schedule if schedule != SYNC]
+    if not off_policy and (args.rollout_correction != ["none"] or args.placement != "colocated"):
+        parser.error("--rollout-correction and --placement apply to off-policy rows: add --schedule one_step_off or "
+                     "async (sync rows are the plain recipe, the baseline)")
+    if "async" not in args.schedule and (args.max_staleness is not None or args.partial_rollout):
+        parser.error("--max-staleness and --partial-rollout apply to async rows: add --schedule async")
+
+
+def run_schedules(args) -> list[RunSchedule]:
+    """The schedules each recipe × seed trains under: sync plain, each off-policy one with each correction."""
+    found = []
+    for name in args.schedule:
+        for correction in ([NO_CORRECTION] if name == SYNC else args.rollout_correction):
+            disaggregated = name != SYNC and args.placement == "disaggregated"
+            found.append(RunSchedule(name, correction, args.max_staleness if name == "async" else None,
+                                     args.partial_rollout and name == "async",
+                                     args.rollout_gpus if disaggregated else 0,
+                                     args.gpus_per_job - args.rollout_gpus if disaggregated else 1))
+    return list(dict.fromkeys(found))
+
+
+def schedule_overrides(schedule: RunSchedule) -> list[str]:
+    """The config keys of `schedule` (none for plain sync, so its jobs are the recipe's ordinary runs)."""
+    overrides = [] if schedule.schedule == SYNC else [f"trainer.schedule={schedule.schedule}"]
+    overrides += [] if schedule.correction == NO_CORRECTION else [f"algorithm.rollout_correction.mode={schedule.correction}"]
+    overrides += [f"trainer.max_staleness={schedule.max_staleness}"] if schedule.max_staleness is not None else []
+    overrides += ["trainer.partial_rollout=true"] if schedule.partial_rollout else []
+    if schedule.rollout_gpus:
+        overrides += ["trainer.controller=ray", "trainer.placement=disaggregated",
+                      f"trainer.rollout_workers={schedule.rollout_gpus}",
+                      f"trainer.n_gpus_per_node={schedule.training_gpus}"]
+    return overrides
+
+
+def check_schedules(args, variants: list[str], gpu_count: int) -> None:
+    """Refuse the whole invocation before any job starts when a recipe cannot run under a schedule (the config
+    check's own reasons: ReMax, DAPO's dynamic sampling, a loss the correction does not weigh), or when a job
+    needs more GPUs than given."""
+    from omegaconf import OmegaConf
+
+    from core.config.validate import (
+        check_algorithm,
+        check_max_staleness,
+        check_placement,
+        check_rollout_log_probs,
+        check_schedule,
+    )
+
+    schedules = run_schedules(args)
+    most = max(schedule.gpus for schedule in schedules)
+    if most > 1 and most > gpu_count:  # one-GPU jobs also run on CPU (--gpus cpu)
+        raise SystemExit(f"--gpus-per-job {most}: a job needs {most} GPUs and --gpus {args.gpus} gives "
+                         f"{gpu_count if gpu_count else 'none (CPU)'}; lower --gpus-per-job or give more GPUs")
+    for variant in dict.fromkeys(variants):
+        for schedule in schedules:
+            overrides = variant_overrides(variant, args) + schedule_overrides(schedule)
+            overrides += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank else []
+            try:
+                resolved = OmegaConf.to_container(load_config(VARIANTS[variant], overrides), resolve=True)
+                for check in (check_schedule, check_max_staleness, check_algorithm, check_rollout_log_probs,
+                              check_placement):
+                    check(resolved)
+            except ConfigError as error:
+                raise SystemExit(f"--schedule {schedule.schedule} (row {lora_row(variant, args.lora_rank)}"
+                                 f"{schedule.suffix()}) cannot run: {error}; leave {variant} out of --recipes "
+                                 "(or give it an invocation of its own with --schedule sync)") from None
 
 
 def wanted_jobs(args) -> list[Job]:
@@ -156,8 +263,11 @@ def wanted_jobs(args) -> list[Job]:
         pairs = [(variant, seed) for seed in args.seeds for variant in args.recipes]
     if args.lora_rank and any(variant == "ppo" for variant, _ in pairs):
         raise SystemExit("--lora-rank: ppo's critic has no LoRA option; pick the other recipes with --recipes or --only")
-    rows = [lora_row(variant, args.lora_rank) for variant, _ in pairs]
-    return jobs + [Job(f"{row}-seed{seed}", variant, seed, row=row) for row, (variant, seed) in zip(rows, pairs)]
+    for variant, seed in pairs:  # a seed's schedules side by side: they run under the same conditions
+        for schedule in run_schedules(args):
+            row = lora_row(variant, args.lora_rank) + schedule.suffix()
+            jobs.append(Job(f"{row}-seed{seed}", variant, seed, row=row, schedule=schedule))
+    return jobs
 
 
 def prepare_data(args, suite: Suite) -> Path:
@@ -262,8 +372,9 @@ def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, fin
     command = [sys.executable, str(REPO / "bench" / "gsm8k_run.py"), "--recipe", VARIANTS[variant],
                "--name", job.row or variant, "--job", job.name, "--data-dir", args.data_dir,
                "--work", str(out / "work" / job.name),
-               "--reserve-s", str(args.reserve_s), "--gpu-lock", str(out / "locks" / f"gpu{job.gpu or 'cpu'}"),
-               "--eval-prompt-length", str(eval_len), "--suite", args.suite]
+               "--reserve-s", str(args.reserve_s), "--eval-prompt-length", str(eval_len), "--suite", args.suite]
+    # GPU turns among the jobs sharing a GPU; a job on several GPUs has them to itself (run_jobs).
+    command += [] if job.schedule.gpus > 1 else ["--gpu-lock", str(out / "locks" / f"gpu{job.gpu or 'cpu'}")]
     command += ["--eval-only"] if job.variant is None else []
     command += ["--model-sha256", args.model_sha256] if args.model_sha256 else []
     command += ["--finish-by", str(finish_by)] if finish_by else []
@@ -271,6 +382,7 @@ def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, fin
     command += ["--eval-max-tokens", str(args.eval_max_tokens)] if args.eval_max_tokens else []
     run = [f"trainer.seed={job.seed}", f"tracking.run_name={job.name}", f"trainer.output_dir={out / 'work' / job.name}"]
     run += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank and job.variant else []
+    run += schedule_overrides(job.schedule)
     return command + ["--", *common, *variant_overrides(variant, args), *run, *args.overrides]
 
 
@@ -319,7 +431,7 @@ def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str
         print(f"[{stamp()}] {job.status} {job.name} in {took}: {describe(job.summary)}", flush=True)
         if job.variant is not None:
             tag_gpu_time(uri, job, [other for other in jobs if other.gpu == job.gpu and other.started],
-                         devices.get(job.gpu, "CPU"))
+                         devices.get(job.gpu.split(",")[0], "CPU"))
         return
     job.status = "crashed"
     if job.variant is None:  # the pretrained model is evaluated once: partial figures would block a rerun
@@ -373,9 +485,8 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             if deadline is not None and time.time() > deadline + GRACE_S:
                 stop(job)
         while queue:
-            load = {gpu: sum(job.gpu == gpu for job in running) for gpu in gpus}
-            gpu = min(gpus, key=lambda g: (load[g], gpus.index(g)))
-            if load[gpu] >= args.runs_per_gpu:
+            gpu = free_gpus(queue[0].schedule.gpus, running, gpus, args.runs_per_gpu)
+            if gpu is None:
                 break
             if deadline is not None and deadline - time.time() < needed_s:
                 for job in queue:
@@ -386,12 +497,30 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
                 break
             job = queue.pop(0)
             job.gpu = gpu
-            start_job(job, command_of(job), out, load[gpu])
+            start_job(job, command_of(job), out, sum(job.gpu == other.gpu for other in running))
             running.append(job)
         if running and time.time() - beat >= 60:
             beat = time.time()
             print(f"[{stamp()}] running: " + ", ".join(f"{job.name} {last_step(job.log)}" for job in running), flush=True)
         time.sleep(1)
+
+
+def free_gpus(count: int, running: list[Job], gpus: list[str], runs_per_gpu: int) -> str | None:
+    """CUDA_VISIBLE_DEVICES for a job of `count` GPUs, or None while none can start. A one-GPU job goes to the
+    least busy GPU with fewer than --runs-per-gpu jobs; a job of several GPUs takes idle ones, and holds them
+    alone (its Ray workers size their memory by the whole GPU)."""
+    load = {gpu: 0 for gpu in gpus}
+    held = set()  # GPUs of running multi-GPU jobs
+    for job in running:
+        ids = job.gpu.split(",")
+        for gpu in ids:
+            load[gpu] = load.get(gpu, 0) + 1
+        held.update(ids if len(ids) > 1 else [])
+    if count > 1:
+        idle = [gpu for gpu in gpus if load[gpu] == 0]
+        return ",".join(idle[:count]) if len(idle) >= count else None
+    open_gpus = [gpu for gpu in gpus if gpu not in held and load[gpu] < runs_per_gpu]
+    return min(open_gpus, key=lambda g: (load[g], gpus.index(g))) if open_gpus else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -401,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         return merge_outputs([Path(folder) for folder in args.merge], Path(args.results),
                              [Path(folder) for folder in args.timing_only], suite)
     started = time.time()
+    gpus = gpu_ids(args.gpus)
+    check_schedules(args, [job.variant for job in wanted_jobs(args) if job.variant], len([g for g in gpus if g]))
     from core.models.identity import model_sha256
     from core.models.loading import resolve_model_path
 
@@ -419,7 +550,6 @@ def main(argv: list[str] | None = None) -> int:
     eval_len = eval_prompt_length(model_path, data, suite)
     longest_eval = min(max(s[5] for s in suite.eval_sets), args.eval_max_tokens or 1 << 30)
     engine_len = min(max(eval_len + longest_eval, args.max_prompt + args.max_response), context_length(model_path))
-    gpus = gpu_ids(args.gpus)
     common = run_overrides(args, data, uri, engine_len, found_sha) + [
         threads_override(args.runs_per_gpu, len(gpus), os.cpu_count() or 1)]  # as core.trainer.setup.host_threads
     open_store(uri, suite.experiment)

@@ -100,6 +100,7 @@ def tag_gpu_time(uri: str, job, same_gpu: list, device: str) -> None:
     now = time.time()
     seconds, most = fair_share(info.start_time / 1000, (info.end_time or now * 1000) / 1000,
                                [(other.started, other.ended or now) for other in same_gpu])
+    seconds *= len(job.gpu.split(","))  # a disaggregated job holds all its GPUs
     for key, value in ((GPU_SECONDS_TAG, f"{seconds:.1f}"), (GPU_SHARE_TAG, str(most)), (DEVICE_TAG, device)):
         client.set_tag(run_id, key, value)
 

@@ -262,12 +262,20 @@ def train_and_evaluate(args, config, turns: GpuTurns) -> None:
                   status="eval")
     model = str(config.model.path)
     started = time.monotonic()
-    figures = evaluate(args, config, trainer.actor_rollout.rollout, trainer.tokenizer,
+    figures = evaluate(args, config, final_engine(trainer), trainer.tokenizer,
                        label=f"{model} after {args.name} ({steps} steps, run {run_id})",
                        tags={"eval_stage": "after", "eval_model": model, "eval_recipe": args.name,
                              "eval_train_run": run_id})
     tag_run(config, run_id, {AFTER_EVAL_TAG: "done"})
     write_summary(args, eval_s=round(time.monotonic() - started, 1), figures=figures, status="done")
+
+
+def final_engine(trainer):
+    """What evaluates the final policy: the trainer's own engine, which holds it after the last weight sync. Under
+    trainer.placement=disaggregated the engines are Ray rollout workers, and the worker group's `generate`
+    splits the prompts over them as it does in training."""
+    group = trainer.actor_rollout
+    return group if getattr(trainer.config.trainer, "placement", "colocated") == "disaggregated" else group.rollout
 
 
 def evaluate_pretrained(args, config, turns: GpuTurns) -> None:
@@ -299,9 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     # The training run's `recipe` tag is its row, as its evaluations' `eval_recipe` is: a LoRA row
     # (grpo-lora16) must not count as a seed of the full-weight recipe it trains (grpo).
     config = load_config(args.recipe, [*overrides, f"tracking.tags.recipe={args.name}"])
-    if config.trainer.controller != "local" or not config.tracking.uri:
+    disaggregated = config.trainer.placement == "disaggregated" and not args.eval_only
+    if (config.trainer.controller != "local" and not disaggregated) or not config.tracking.uri:
         raise SystemExit("gsm8k_run.py evaluates on the trainer's own engine and logs to one store: "
-                         "trainer.controller=local and tracking.uri are required")
+                         "trainer.controller=local (ray only with trainer.placement=disaggregated, whose rollout "
+                         "workers evaluate) and tracking.uri are required")
     turns = GpuTurns(args.gpu_lock)
     (evaluate_pretrained if args.eval_only else train_and_evaluate)(args, config, turns)
     turns.leave()
