@@ -221,6 +221,7 @@ def check_schedules(args, variants: list[str], gpu_count: int) -> None:
 
     from core.config.validate import (
         check_algorithm,
+        check_batch_sizes,
         check_max_staleness,
         check_placement,
         check_rollout_log_probs,
@@ -234,17 +235,21 @@ def check_schedules(args, variants: list[str], gpu_count: int) -> None:
                          f"{gpu_count if gpu_count else 'none (CPU)'}; lower --gpus-per-job or give more GPUs")
     for variant in dict.fromkeys(variants):
         for schedule in schedules:
-            overrides = variant_overrides(variant, args) + schedule_overrides(schedule)
+            budget = [f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}",
+                      f"actor.ppo_mini_batch_size={args.mini_batch}", f"data.max_response_length={args.max_response}"]
+            overrides = budget + variant_overrides(variant, args) + schedule_overrides(schedule)
             overrides += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank else []
+            overrides += args.overrides
             try:
                 resolved = OmegaConf.to_container(load_config(VARIANTS[variant], overrides), resolve=True)
                 for check in (check_schedule, check_max_staleness, check_algorithm, check_rollout_log_probs,
                               check_placement):
                     check(resolved)
+                ranks = schedule.training_gpus  # a disaggregated job's Ray training ranks split every batch
+                check_batch_sizes(resolved, ranks, f"--gpus-per-job {schedule.gpus} --rollout-gpus {schedule.rollout_gpus}")
             except ConfigError as error:
                 raise SystemExit(f"--schedule {schedule.schedule} (row {lora_row(variant, args.lora_rank)}"
-                                 f"{schedule.suffix()}) cannot run: {error}; leave {variant} out of --recipes "
-                                 "(or give it an invocation of its own with --schedule sync)") from None
+                                 f"{schedule.suffix()}) cannot run, so no job starts: {error}") from None
 
 
 def wanted_jobs(args) -> list[Job]:

@@ -140,6 +140,11 @@ def leaderboard_trainer(trainer_cls, turns: GpuTurns):
                 return batch
 
             self.actor_rollout.generate = counted
+            # Disaggregated, the final evaluation runs on the Ray rollout workers, which fit's exit would kill:
+            # closed after the evaluation instead (train_and_evaluate).
+            self.close_engines = lambda: None
+            if config.trainer.placement == "disaggregated":
+                self.close_engines, self.actor_rollout.close = self.actor_rollout.close, lambda: None
 
         def generate(self, prompts, params=None):
             turns.enter_step()
@@ -262,10 +267,13 @@ def train_and_evaluate(args, config, turns: GpuTurns) -> None:
                   status="eval")
     model = str(config.model.path)
     started = time.monotonic()
-    figures = evaluate(args, config, final_engine(trainer), trainer.tokenizer,
-                       label=f"{model} after {args.name} ({steps} steps, run {run_id})",
-                       tags={"eval_stage": "after", "eval_model": model, "eval_recipe": args.name,
-                             "eval_train_run": run_id})
+    try:
+        figures = evaluate(args, config, final_engine(trainer), trainer.tokenizer,
+                           label=f"{model} after {args.name} ({steps} steps, run {run_id})",
+                           tags={"eval_stage": "after", "eval_model": model, "eval_recipe": args.name,
+                                 "eval_train_run": run_id})
+    finally:
+        trainer.close_engines()
     tag_run(config, run_id, {AFTER_EVAL_TAG: "done"})
     write_summary(args, eval_s=round(time.monotonic() - started, 1), figures=figures, status="done")
 
