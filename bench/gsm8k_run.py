@@ -143,7 +143,7 @@ def leaderboard_trainer(trainer_cls, turns: GpuTurns):
             # Disaggregated, the final evaluation runs on the Ray rollout workers, which fit's exit would kill:
             # closed after the evaluation instead (train_and_evaluate).
             self.close_engines = lambda: None
-            if config.trainer.placement == "disaggregated":
+            if config.trainer.get("placement") == "disaggregated":
                 self.close_engines, self.actor_rollout.close = self.actor_rollout.close, lambda: None
 
         def generate(self, prompts, params=None):
@@ -283,7 +283,7 @@ def final_engine(trainer):
     trainer.placement=disaggregated the engines are Ray rollout workers, and the worker group's `generate`
     splits the prompts over them as it does in training."""
     group = trainer.actor_rollout
-    return group if getattr(trainer.config.trainer, "placement", "colocated") == "disaggregated" else group.rollout
+    return group if trainer.config.trainer.get("placement") == "disaggregated" else group.rollout
 
 
 def evaluate_pretrained(args, config, turns: GpuTurns) -> None:
