@@ -59,16 +59,19 @@ from bench.gsm8k_report import (  # noqa: E402
     open_store,
     tag_gpu_time,
 )
+from bench.leaderboard_schedules import (  # noqa: E402
+    add_schedule_args,
+    check_placement_flags,
+    check_schedules,
+    run_schedules,
+    schedule_overrides,
+)
 from bench.leaderboard_suites import SUITES, Suite  # noqa: E402
 from bench.tiny_baselines import VARIANTS  # noqa: E402
-from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS  # noqa: E402
-from core.config import ConfigError, load_config  # noqa: E402
 from core.tracking.recipe_readmes import lora_row  # noqa: E402
 from core.tracking.run_export import MODEL_SHA_TAG  # noqa: E402
-from core.tracking.schedules import SYNC, RunSchedule  # noqa: E402
+from core.tracking.schedules import RunSchedule  # noqa: E402
 
-SCHEDULE_NAMES = ("sync", "one_step_off", "async")  # core/trainer/schedule.py's SCHEDULES
-CORRECTIONS = (NO_CORRECTION, *ROLLOUT_CORRECTIONS.names())
 LOG_TAIL_LINES = 40
 GRACE_S, EXPORT_S = 40, 20  # with --time-limit-s: a job's overrun before it is stopped; the final export
 MIN_TRAIN_S = 90            # engine start and a first step: a job with less time left is not started
@@ -120,19 +123,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(core/models/identity.py): the one a committed table was made with")
     parser.add_argument("--lora-rank", type=int, default=None, help="train LoRA policies of this rank "
                         "(actor.lora.rank), in rows named <recipe>-lora<rank>; default: full weights")
-    schedules = parser.add_argument_group("schedules (trainer.schedule; core/trainer/schedule.py)")
-    schedules.add_argument("--schedule", nargs="+", default=[SYNC], choices=list(SCHEDULE_NAMES),
-                           help="train every recipe × seed under each; rows <recipe>-<schedule>, sync's plain <recipe>")
-    schedules.add_argument("--rollout-correction", nargs="+", default=["none"], choices=list(CORRECTIONS),
-                           help="off-policy rows with each algorithm.rollout_correction.mode (sync rows: none)")
-    schedules.add_argument("--max-staleness", type=int, default=None, help="async rows: trainer.max_staleness")
-    schedules.add_argument("--partial-rollout", action="store_true", help="async rows: trainer.partial_rollout=true")
-    schedules.add_argument("--placement", default="colocated", choices=["colocated", "disaggregated"],
-                           help="off-policy rows: disaggregated puts the engines on GPUs of their own under Ray "
-                           "(sync rows stay colocated on one GPU: the baseline)")
-    schedules.add_argument("--gpus-per-job", type=int, default=1, help="a disaggregated job's GPUs, rollout + training")
-    schedules.add_argument("--rollout-gpus", type=int, default=1, help="of a disaggregated job's GPUs, how many "
-                           "generate (trainer.rollout_workers); the rest train (trainer.n_gpus_per_node)")
+    add_schedule_args(parser)
     budget = parser.add_argument_group("the budget every run shares")
     budget.add_argument("--steps", type=int, default=25)
     budget.add_argument("--prompts", type=int, default=64, help="prompts per step (data.train_batch_size)")
@@ -168,88 +159,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unrecognized arguments: {' '.join(o for o in args.overrides if o.startswith('-'))}")
     check_placement_flags(args, parser)
     return args
-
-
-def check_placement_flags(args, parser) -> None:
-    """What the flags alone tell: a split that leaves no GPU to train on, or flags no job would read."""
-    if args.placement == "disaggregated" and not 1 <= args.rollout_gpus < args.gpus_per_job:
-        parser.error(f"--placement disaggregated with --gpus-per-job {args.gpus_per_job} --rollout-gpus "
-                     f"{args.rollout_gpus}: a job needs at least one rollout GPU and one training GPU, e.g. "
-                     "--gpus-per-job 2 --rollout-gpus 1")
-    if args.placement == "colocated" and args.gpus_per_job != 1:
-        parser.error(f"--gpus-per-job {args.gpus_per_job} with --placement colocated: a colocated job runs on one GPU "
-                     "(trainer.controller=local); pass --placement disaggregated to give jobs several")
-    off_policy = [schedule for schedule in args.schedule if schedule != SYNC]
-    if not off_policy and (args.rollout_correction != ["none"] or args.placement != "colocated"):
-        parser.error("--rollout-correction and --placement apply to off-policy rows: add --schedule one_step_off or "
-                     "async (sync rows are the plain recipe, the baseline)")
-    if "async" not in args.schedule and (args.max_staleness is not None or args.partial_rollout):
-        parser.error("--max-staleness and --partial-rollout apply to async rows: add --schedule async")
-
-
-def run_schedules(args) -> list[RunSchedule]:
-    """The schedules each recipe × seed trains under: sync plain, each off-policy one with each correction."""
-    found = []
-    for name in args.schedule:
-        for correction in ([NO_CORRECTION] if name == SYNC else args.rollout_correction):
-            disaggregated = name != SYNC and args.placement == "disaggregated"
-            found.append(RunSchedule(name, correction, args.max_staleness if name == "async" else None,
-                                     args.partial_rollout and name == "async",
-                                     args.rollout_gpus if disaggregated else 0,
-                                     args.gpus_per_job - args.rollout_gpus if disaggregated else 1))
-    return list(dict.fromkeys(found))
-
-
-def schedule_overrides(schedule: RunSchedule) -> list[str]:
-    """The config keys of `schedule` (none for plain sync, so its jobs are the recipe's ordinary runs)."""
-    overrides = [] if schedule.schedule == SYNC else [f"trainer.schedule={schedule.schedule}"]
-    overrides += [] if schedule.correction == NO_CORRECTION else [f"algorithm.rollout_correction.mode={schedule.correction}"]
-    overrides += [f"trainer.max_staleness={schedule.max_staleness}"] if schedule.max_staleness is not None else []
-    overrides += ["trainer.partial_rollout=true"] if schedule.partial_rollout else []
-    if schedule.rollout_gpus:
-        overrides += ["trainer.controller=ray", "trainer.placement=disaggregated",
-                      f"trainer.rollout_workers={schedule.rollout_gpus}",
-                      f"trainer.n_gpus_per_node={schedule.training_gpus}"]
-    return overrides
-
-
-def check_schedules(args, variants: list[str], gpu_count: int) -> None:
-    """Refuse the whole invocation before any job starts when a recipe cannot run under a schedule (the config
-    check's own reasons: ReMax, DAPO's dynamic sampling, a loss the correction does not weigh), or when a job
-    needs more GPUs than given."""
-    from omegaconf import OmegaConf
-
-    from core.config.validate import (
-        check_algorithm,
-        check_batch_sizes,
-        check_max_staleness,
-        check_placement,
-        check_rollout_log_probs,
-        check_schedule,
-    )
-
-    schedules = run_schedules(args)
-    most = max(schedule.gpus for schedule in schedules)
-    if most > 1 and most > gpu_count:  # one-GPU jobs also run on CPU (--gpus cpu)
-        raise SystemExit(f"--gpus-per-job {most}: a job needs {most} GPUs and --gpus {args.gpus} gives "
-                         f"{gpu_count if gpu_count else 'none (CPU)'}; lower --gpus-per-job or give more GPUs")
-    for variant in dict.fromkeys(variants):
-        for schedule in schedules:
-            budget = [f"data.train_batch_size={args.prompts}", f"rollout.n={args.n}",
-                      f"actor.ppo_mini_batch_size={args.mini_batch}", f"data.max_response_length={args.max_response}"]
-            overrides = budget + variant_overrides(variant, args) + schedule_overrides(schedule)
-            overrides += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank else []
-            overrides += args.overrides
-            try:
-                resolved = OmegaConf.to_container(load_config(VARIANTS[variant], overrides), resolve=True)
-                for check in (check_schedule, check_max_staleness, check_algorithm, check_rollout_log_probs,
-                              check_placement):
-                    check(resolved)
-                ranks = schedule.training_gpus  # a disaggregated job's Ray training ranks split every batch
-                check_batch_sizes(resolved, ranks, f"--gpus-per-job {schedule.gpus} --rollout-gpus {schedule.rollout_gpus}")
-            except ConfigError as error:
-                raise SystemExit(f"--schedule {schedule.schedule} (row {lora_row(variant, args.lora_rank)}"
-                                 f"{schedule.suffix()}) cannot run, so no job starts: {error}") from None
 
 
 def wanted_jobs(args) -> list[Job]:
@@ -536,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
                              [Path(folder) for folder in args.timing_only], suite)
     started = time.time()
     gpus = gpu_ids(args.gpus)
-    check_schedules(args, [job.variant for job in wanted_jobs(args) if job.variant], len([g for g in gpus if g]))
+    check_schedules(args, [job.variant for job in wanted_jobs(args) if job.variant], len([g for g in gpus if g]),
+                    variant_overrides)
     from core.models.identity import model_sha256
     from core.models.loading import resolve_model_path
 
