@@ -24,11 +24,12 @@ from core.trainer.timeline import HOST, ROLLOUT, SYNC, TRAIN, busy_shares  # noq
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = {"sync": 0, "one_step_off": 1, "async": 2}
-GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init Qwen3-8B
+GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init Qwen3-8B, on 141 GB GPUs: on 80 GB
+    # ones the launch check refuses these settings (the update of 8B on 2 ranks needs more than 79 GiB a GPU).
     # One training GPU cannot hold 8B's training state (≈ 153 GiB, the dry run's estimate): offloaded to the host.
-    "2 GPUs": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 1+1 --prompts 64 "
+    "2 H200s": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 1+1 --prompts 64 "
               "--out results/async/2gpu --disaggregated-overrides actor.cpu_offload=true",
-    "4 GPUs": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 "
+    "4 H200s": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 "
               "--out results/async/4gpu",
 }
 STAGE_COLORS = {"generate": "tab:blue", "old_log_prob": "tab:orange", "update_actor": "tab:red",

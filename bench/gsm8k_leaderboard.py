@@ -311,6 +311,7 @@ def start_job(job: Job, command: list[str], out: Path, running_on_gpu: int) -> N
            "PYTHONUNBUFFERED": "1", "MLFLOW_ALLOW_FILE_STORE": "true", "TOKENIZERS_PARALLELISM": "false"}
     if job.gpu:
         env["CUDA_VISIBLE_DEVICES"] = job.gpu
+    env.pop("RAY_ADDRESS", None)  # a disaggregated job starts a Ray cluster of its own GPUs; joining one would share them
     with open(job.log, "w") as log:
         job.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     job.started, job.status = time.time(), "running"

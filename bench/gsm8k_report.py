@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -118,6 +119,27 @@ def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
     return export
 
 
+ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b:.*)$")
+
+
+def crash_reason(log: Path) -> str | None:
+    """A crashed job's exception, as the last `SomeError: message` line of its log says it (ranks' prefixes off)."""
+    if not log.is_file():
+        return None
+    found = [match.group(1).strip() for line in log.read_text(errors="replace").splitlines()
+             if (match := ERROR_LINE.match(line.strip()))]
+    return found[-1][:300] if found else None
+
+
+def with_crash_reasons(record: dict, out: Path) -> dict:
+    """`record` with each crashed job's `error` read from its log under `out`, where the record lacks one."""
+    for job in record["jobs"]:
+        if job["status"] == "crashed" and not job.get("error") and job.get("log"):
+            if reason := crash_reason(out / job["log"]):
+                job["error"] = reason
+    return record
+
+
 def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: dict) -> int:
     """Export, leaderboard, this invocation's record; one line per job status. Exit 1 if a job crashed."""
     record["wall_s"] = round(time.time() - record["started_unix"], 1)
@@ -129,6 +151,7 @@ def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: 
                        "seconds": round(job.ended - job.started, 1) if job.ended else None,
                        "log": str(job.log.relative_to(out)) if job.log else None,
                        **{key: job.summary.get(key) for key in SUMMARY_KEYS}} for job in jobs]
+    with_crash_reasons(record, out)
     # The out dir's name too: two invocations started in the same second (one per GPU) keep a record each.
     started = time.strftime('%Y%m%d-%H%M%S', time.localtime(record['started_unix']))
     path = out / "invocations" / f"{started}-{out.name}.json"
@@ -159,7 +182,7 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     records = {}
     for folder in [*folders, *timing_only]:
         for path in sorted((folder / "invocations").glob("*.json")):
-            record = json.loads(path.read_text())
+            record = with_crash_reasons(json.loads(path.read_text()), folder)  # older records: from their logs
             record["counted"] = record.get("counted", True) and folder not in timing_only
             name = path.name
             if name in records and records[name]["command"] != record["command"]:  # older names: the second only
@@ -290,8 +313,8 @@ def render_readme(invocations: list[dict], counted_ids: set[str], suite=None) ->
             step_s = "—" if job.get("step_s") is None else f"{job['step_s']:.1f}"
             if job.get("steady_step_s") is not None:
                 step_s += f" ({job['steady_step_s']:.1f})"
-            status = job["status"]
-            counted_job = record.get("counted", True) and status != "crashed" and job.get("run_id")
+            status = job["status"] + (f" ({job['error']})" if job.get("error") else "")
+            counted_job = record.get("counted", True) and job["status"] != "crashed" and job.get("run_id")
             if counted_job and job["run_id"] not in counted_ids:
                 status += ", replaced"
             lines.append(f"| {job['name']} | {record['started']} | {job['gpu'] or 'CPU'} | {status} | "

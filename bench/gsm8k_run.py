@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     # The training run's `recipe` tag is its row, as its evaluations' `eval_recipe` is: a LoRA row
     # (grpo-lora16) must not count as a seed of the full-weight recipe it trains (grpo).
     config = load_config(args.recipe, [*overrides, f"tracking.tags.recipe={args.name}"])
-    disaggregated = config.trainer.placement == "disaggregated" and not args.eval_only
+    disaggregated = config.trainer.get("placement") == "disaggregated" and not args.eval_only
     if (config.trainer.controller != "local" and not disaggregated) or not config.tracking.uri:
         raise SystemExit("gsm8k_run.py evaluates on the trainer's own engine and logs to one store: "
                          "trainer.controller=local (ray only with trainer.placement=disaggregated, whose rollout "

@@ -69,7 +69,7 @@ COMMON = [
 # Token budgets per GPU (`max_tokens`): verl's guide asks for ppo_max_token_len_per_gpu of at least 2 × (prompt +
 # response length) and as large as memory allows, and lets forward-only passes take more than the update (here 2×).
 # 16384 is our `actor.micro_batch_tokens` at the grpo shape, so both frameworks get the same micro-batch size;
-# at dapo8b it is 6.4× the guide's floor and fit 2 H200s (peak 118.6 GiB) padded.
+# at dapo8b it is 3.2× the guide's floor (2 × (512 + 2048) = 5120); the padded run at this budget fit 2 H200s.
 SHAPES = {
     "grpo": {"gpus": 1, "prompt": 384, "response": 512, "max_tokens": 16384, "overrides": [
         "data.train_batch_size=32", "data.max_prompt_length=384", "data.max_response_length=512",

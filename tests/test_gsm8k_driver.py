@@ -473,3 +473,21 @@ def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
     common = driver.run_overrides(args, tmp_path / "data", "file:///store", 2048) + [driver.threads_override(2, 1, 64)]
     command = driver.job_command(driver.Job("grpo-seed0", "grpo", 0), args, common, tmp_path, 1024, None)
     assert load_config("grpo", command[command.index("--") + 1:]).trainer.num_threads == 3
+
+
+def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
+    from bench.gsm8k_report import crash_reason, with_crash_reasons
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "dapo-seed2.log").write_text(
+        "step 3/16\n    [rank0]:     raise RuntimeError(\n"
+        "    [rank0]: RuntimeError: DAPO dynamic sampling: only 53 of 64 prompt groups had non-uniform scores\n"
+        "[rank0]:[W1127 03:55:45 ProcessGroupNCCL.cpp:1575] Warning: destroy_process_group() was not called\n")
+    (tmp_path / "logs" / "grpo-seed0.log").write_text("step 16/16\ndone\n")
+    assert crash_reason(tmp_path / "logs" / "dapo-seed2.log") == \
+        "RuntimeError: DAPO dynamic sampling: only 53 of 64 prompt groups had non-uniform scores"
+    record = {"jobs": [{"status": "crashed", "log": "logs/dapo-seed2.log"},
+                       {"status": "crashed", "log": "logs/grpo-seed0.log"},  # no exception line: no reason made up
+                       {"status": "done", "log": "logs/grpo-seed0.log"}]}
+    jobs = with_crash_reasons(record, tmp_path)["jobs"]
+    assert jobs[0]["error"].startswith("RuntimeError: DAPO") and "error" not in jobs[1] and "error" not in jobs[2]

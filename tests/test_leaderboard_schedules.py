@@ -147,18 +147,21 @@ def test_speed_up_and_the_sync_interval_by_hand(tmp_path):
     assert off.speedup == pytest.approx(1.65) and tis.speedup == pytest.approx(2.2)  # 330 / 200, 330 / 150
     assert off.within_sync_interval is True and tis.within_sync_interval is False  # 0.43 inside, 0.31 below 0.370
     markdown = "\n".join(schedule_lines(section.rows, section.columns, "gsm8k_leaderboard/schedules.png"))
-    assert "| grpo-one_step_off | one_step_off | 3 | 0.430 ± 0.020 [0.380, 0.480] | yes | 200 ± 10 | 1.65× |" in markdown
-    assert "| grpo-one_step_off-tis | one_step_off, tis | 3 | 0.310 ± 0.010 [0.285, 0.335] | no | 150 ± 10 | 2.20× |" \
+    assert "| grpo-one_step_off | one_step_off | 3 | 0.430 ± 0.020 [0.380, 0.480] | yes | 1 | 200 ± 10 | 1.65× |" in markdown
+    assert "| grpo-one_step_off-tis | one_step_off, tis | 3 | 0.310 ± 0.010 [0.285, 0.335] | no | 1 | 150 ± 10 | 2.20× |" \
         in markdown
     assert ("- grpo-one_step_off against grpo: openai/gsm8k mean@1 (strict) 0.430, within grpo's 95% interval "
             "[0.370, 0.470]; 1.65× the speed (200 ± 10 s against 330 ± 30 s): the claim (same accuracy, ≥ 1.6× less "
-            "wall-clock) holds.") in markdown
+            "wall-clock per GPU) holds.") in markdown
     assert "- grpo-one_step_off-tis against grpo: openai/gsm8k mean@1 (strict) 0.310, outside" in markdown
     assert markdown.count("does not hold") == 1
     records = __import__("json").loads(render_json(build_leaderboard(schedule_export()), "runs.json"))
     claims = {entry["recipe"]: entry["claim_holds"] for entry in records["before_after"]["schedules"][train_run(
         "grpo", 0)["model"]]}
     assert claims == {"grpo": None, "grpo-one_step_off": True, "grpo-one_step_off-tis": False}
+    # A disaggregated row of 2 GPUs at 150 s costs 300 GPU-seconds: 330 / 300 = 1.10x, not the wall-clock's 2.2x.
+    tis.schedule = RunSchedule("one_step_off", "tis", rollout_gpus=1, training_gpus=1)
+    assert tis.speedup == pytest.approx(1.1)
     (plot,) = write_schedule_plots(section, tmp_path)
     assert plot == tmp_path / "gsm8k_leaderboard" / "schedules.png" and plot.stat().st_size > 0
 

@@ -86,10 +86,11 @@ class ScheduleRow:
 
     @property
     def speedup(self) -> float | None:
-        """The sync row's mean wall-clock over this row's: > 1 is faster."""
+        """The sync row's mean GPU-seconds (wall-clock × the GPUs a job holds) over this row's: > 1 is faster. Where
+        both hold one GPU it is the wall-clock ratio; a disaggregated row gets no credit for its extra GPUs."""
         if self.sync is None or self.wall is None or self.sync.wall is None or self.wall.mean <= 0:
             return None
-        return self.sync.wall.mean / self.wall.mean
+        return (self.sync.wall.mean * self.sync.schedule.gpus) / (self.wall.mean * self.schedule.gpus)
 
     @property
     def within_sync_interval(self) -> bool | None:
@@ -147,9 +148,14 @@ def claim_line(row: ScheduleRow, measure: str) -> str:
     same = "within" if row.within_sync_interval else "outside"
     holds = row.within_sync_interval and row.speedup >= CLAIMED_SPEEDUP
     return (f"- {row.recipe} against {row.base}: {measure} {row.accuracy.mean:.3f}, {same} {row.base}'s 95% interval "
-            f"[{low:.3f}, {high:.3f}]; {row.speedup:.2f}× the speed ({_wall_text(row.wall)} s against "
-            f"{_wall_text(row.sync.wall)} s): the claim (same accuracy, ≥ {CLAIMED_SPEEDUP}× less wall-clock) "
-            f"{'holds' if holds else 'does not hold'}.")
+            f"[{low:.3f}, {high:.3f}]; {row.speedup:.2f}× the speed ({_wall_text(row.wall)} s{_on(row)} against "
+            f"{_wall_text(row.sync.wall)} s{_on(row.sync)}): the claim (same accuracy, ≥ {CLAIMED_SPEEDUP}× less "
+            f"wall-clock per GPU) {'holds' if holds else 'does not hold'}.")
+
+
+def _on(row: ScheduleRow) -> str:
+    """` on 2 GPUs` for a row whose jobs hold several, else nothing."""
+    return f" on {row.schedule.gpus} GPUs" if row.schedule.gpus > 1 else ""
 
 
 def schedule_lines(rows: list, columns: list, plot: str | None = None) -> list[str]:
@@ -161,15 +167,16 @@ def schedule_lines(rows: list, columns: list, plot: str | None = None) -> list[s
     lines = ["", "### Schedules at equal cost", "",
              f"Every row draws the same prompts and samples per step for the same steps. *{measure}*: after training, "
              "mean ± std [95% t-interval] over seeds. *wall-clock s*: from the first step's start to the last step's "
-             "end (model load and engine start left out; validations in), mean ± std over seeds. *speed-up*: the sync "
-             "row's mean wall-clock over this row's. *within sync's 95%*: this row's mean inside the sync row's "
+             "end (model load and engine start left out; validations in), mean ± std over seeds. *GPUs*: a job's. "
+             "*speed-up*: the sync row's mean GPU-seconds (wall-clock × GPUs) over this row's: the wall-clock ratio "
+             "where both rows hold one GPU. *within sync's 95%*: this row's mean inside the sync row's "
              "interval.", "",
-             f"| recipe | schedule | seeds | {measure} | within sync's 95% | wall-clock s | speed-up |",
-             "|---|---|---:|---:|---|---:|---:|"]
+             f"| recipe | schedule | seeds | {measure} | within sync's 95% | GPUs | wall-clock s | speed-up |",
+             "|---|---|---:|---:|---|---:|---:|---:|"]
     for row in found:
         within = "—" if row.within_sync_interval is None else "yes" if row.within_sync_interval else "no"
         cells = [row.recipe, row.schedule.label(), len(row.accuracy.values) if row.accuracy else 0,
-                 row.accuracy.text() if row.accuracy else "—", within if row.sync else "(sync)",
+                 row.accuracy.text() if row.accuracy else "—", within if row.sync else "(sync)", row.schedule.gpus,
                  _wall_text(row.wall), "—" if row.speedup is None else f"{row.speedup:.2f}×"]
         lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |")
     lines += [""] + [claim_line(row, measure) for row in found if row.schedule != RunSchedule()]
