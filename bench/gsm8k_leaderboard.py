@@ -59,6 +59,7 @@ from bench.gsm8k_report import (  # noqa: E402
     open_store,
     tag_gpu_time,
 )
+from bench.leaderboard_gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
 from bench.leaderboard_schedules import (  # noqa: E402
     add_schedule_args,
     check_placement_flags,
@@ -124,22 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora-rank", type=int, default=None, help="train LoRA policies of this rank "
                         "(actor.lora.rank), in rows named <recipe>-lora<rank>; default: full weights")
     add_schedule_args(parser)
-    budget = parser.add_argument_group("the budget every run shares")
-    budget.add_argument("--steps", type=int, default=25)
-    budget.add_argument("--prompts", type=int, default=64, help="prompts per step (data.train_batch_size)")
-    budget.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n)")
-    budget.add_argument("--mini-batch", type=int, default=32, help="prompts per optimizer step (actor.ppo_mini_batch_size)")
-    budget.add_argument("--max-response", type=int, default=None, help="data.max_response_length (default: the "
-                        "suite's, gsm8k 384, reasoning-gym 256)")
-    budget.add_argument("--max-prompt", type=int, default=None, help="data.max_prompt_length: every training prompt, "
-                        "chat template included, must fit (default: the suite's; GSM8K's longest is 256 tokens with "
-                        "Qwen2.5's tokenizer, more with SmolLM2's smaller vocabulary)")
-    budget.add_argument("--lr", type=float, default=1e-5, help="actor.lr (and PPO's critic.lr)")
-    budget.add_argument("--temperature", type=float, default=0.7, help="rollout.temperature")
-    budget.add_argument("--format-score", type=float, default=0.1, help="reward.format_score: a wrong `#### N`")
-    budget.add_argument("--val-samples", type=int, default=256, help="GSM8K test problems validated every --test-freq")
-    budget.add_argument("--test-freq", type=int, default=5)
-    budget.add_argument("--rollout", default="vllm", help="rollout.name")
+    add_budget_args(parser)
     evals = parser.add_argument_group("evaluation (for smoke tests; a leaderboard keeps the defaults)")
     evals.add_argument("--eval-limit", type=int, default=None, help="first N prompts of each eval set")
     evals.add_argument("--eval-max-tokens", type=int, default=None, help="cap every eval set's new tokens")
@@ -159,6 +145,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unrecognized arguments: {' '.join(o for o in args.overrides if o.startswith('-'))}")
     check_placement_flags(args, parser)
     return args
+
+
+def add_budget_args(parser) -> None:
+    """The budget every run shares: the table states it above its rows and refuses a row trained otherwise."""
+    budget = parser.add_argument_group("the budget every run shares")
+    budget.add_argument("--steps", type=int, default=25)
+    budget.add_argument("--prompts", type=int, default=64, help="prompts per step (data.train_batch_size)")
+    budget.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n)")
+    budget.add_argument("--mini-batch", type=int, default=32, help="prompts per optimizer step (actor.ppo_mini_batch_size)")
+    budget.add_argument("--max-response", type=int, default=None, help="data.max_response_length (default: the "
+                        "suite's, gsm8k 384, reasoning-gym 256)")
+    budget.add_argument("--max-prompt", type=int, default=None, help="data.max_prompt_length: every training prompt, "
+                        "chat template included, must fit (default: the suite's; GSM8K's longest is 256 tokens with "
+                        "Qwen2.5's tokenizer, more with SmolLM2's smaller vocabulary)")
+    budget.add_argument("--lr", type=float, default=1e-5, help="actor.lr (and PPO's critic.lr)")
+    budget.add_argument("--temperature", type=float, default=0.7, help="rollout.temperature")
+    budget.add_argument("--format-score", type=float, default=0.1, help="reward.format_score: a wrong `#### N`")
+    budget.add_argument("--val-samples", type=int, default=256, help="GSM8K test problems validated every --test-freq")
+    budget.add_argument("--test-freq", type=int, default=5)
+    budget.add_argument("--rollout", default="vllm", help="rollout.name")
 
 
 def wanted_jobs(args) -> list[Job]:
@@ -215,20 +221,6 @@ def context_length(model_path: str) -> int:
 
     config = Path(model_path) / "config.json"
     return int(json.loads(config.read_text()).get("max_position_embeddings") or 1 << 30) if config.is_file() else 1 << 30
-
-
-def gpu_ids(spec: str) -> list[str]:
-    """CUDA device ids to use; [""] means one CPU-only slot group (CUDA_VISIBLE_DEVICES left as is)."""
-    if spec == "cpu":
-        return [""]
-    if spec != "auto":
-        return [gpu.strip() for gpu in spec.split(",") if gpu.strip()]
-    try:
-        listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
-                                text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        listed = []
-    return listed or [""]
 
 
 def run_overrides(args, data: Path, uri: str, engine_len: int, model_sha: str | None = None) -> list[str]:
@@ -420,24 +412,6 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
         time.sleep(1)
 
 
-def free_gpus(count: int, running: list[Job], gpus: list[str], runs_per_gpu: int) -> str | None:
-    """CUDA_VISIBLE_DEVICES for a job of `count` GPUs, or None while none can start. A one-GPU job goes to the
-    least busy GPU with fewer than --runs-per-gpu jobs; a job of several GPUs takes idle ones, and holds them
-    alone (its Ray workers size their memory by the whole GPU)."""
-    load = {gpu: 0 for gpu in gpus}
-    held = set()  # GPUs of running multi-GPU jobs
-    for job in running:
-        ids = job.gpu.split(",")
-        for gpu in ids:
-            load[gpu] = load.get(gpu, 0) + 1
-        held.update(ids if len(ids) > 1 else [])
-    if count > 1:
-        idle = [gpu for gpu in gpus if load[gpu] == 0]
-        return ",".join(idle[:count]) if len(idle) >= count else None
-    open_gpus = [gpu for gpu in gpus if gpu not in held and load[gpu] < runs_per_gpu]
-    return min(open_gpus, key=lambda g: (load[g], gpus.index(g))) if open_gpus else None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     suite = SUITES[args.suite]
@@ -483,19 +457,6 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "wall_s": None,
         "started_unix": started, "devices": devices, "runs_per_gpu": args.runs_per_gpu, "model": args.model,
         "model_path": model_path, "model_sha256": found_sha, "suite": args.suite, "eval_prompt_length": eval_len})
-
-
-def gpu_names(gpus: list[str]) -> dict[str, str]:
-    """GPU id -> name, from nvidia-smi (not torch: this process must not hold a CUDA context on any GPU)."""
-    names = {}
-    for gpu in (gpu for gpu in gpus if gpu):
-        try:
-            names[gpu] = subprocess.run(["nvidia-smi", "-i", gpu, "--query-gpu=name", "--format=csv,noheader"],
-                                        capture_output=True, text=True).stdout.strip()
-        except OSError:
-            names[gpu] = ""
-        names[gpu] = names[gpu] or f"GPU {gpu}"
-    return names
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""The leaderboard driver's GPUs (`bench/gsm8k_leaderboard.py --gpus`): which ids, their names, and where the next
+job goes. Only nvidia-smi is asked, never torch: the driver must not hold a CUDA context on any GPU its jobs use.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+
+def gpu_ids(spec: str) -> list[str]:
+    """CUDA device ids to use; [""] means one CPU-only slot group (CUDA_VISIBLE_DEVICES left as is)."""
+    if spec == "cpu":
+        return [""]
+    if spec != "auto":
+        return [gpu.strip() for gpu in spec.split(",") if gpu.strip()]
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                                text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        listed = []
+    return listed or [""]
+
+
+def free_gpus(count: int, running: list, gpus: list[str], runs_per_gpu: int) -> str | None:
+    """CUDA_VISIBLE_DEVICES for a job of `count` GPUs, or None while none can start. A one-GPU job goes to the
+    least busy GPU with fewer than --runs-per-gpu jobs; a job of several GPUs takes idle ones, and holds them
+    alone (its Ray workers size their memory by the whole GPU)."""
+    load = {gpu: 0 for gpu in gpus}
+    held = set()  # GPUs of running multi-GPU jobs
+    for job in running:
+        ids = job.gpu.split(",")
+        for gpu in ids:
+            load[gpu] = load.get(gpu, 0) + 1
+        held.update(ids if len(ids) > 1 else [])
+    if count > 1:
+        idle = [gpu for gpu in gpus if load[gpu] == 0]
+        return ",".join(idle[:count]) if len(idle) >= count else None
+    open_gpus = [gpu for gpu in gpus if gpu not in held and load[gpu] < runs_per_gpu]
+    return min(open_gpus, key=lambda g: (load[g], gpus.index(g))) if open_gpus else None
+
+
+def gpu_names(gpus: list[str]) -> dict[str, str]:
+    """GPU id -> name, from nvidia-smi (not torch: this process must not hold a CUDA context on any GPU)."""
+    names = {}
+    for gpu in (gpu for gpu in gpus if gpu):
+        try:
+            names[gpu] = subprocess.run(["nvidia-smi", "-i", gpu, "--query-gpu=name", "--format=csv,noheader"],
+                                        capture_output=True, text=True).stdout.strip()
+        except OSError:
+            names[gpu] = ""
+        names[gpu] = names[gpu] or f"GPU {gpu}"
+    return names
