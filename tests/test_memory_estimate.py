@@ -125,3 +125,18 @@ def test_the_launch_check_refuses_before_any_model_loads(monkeypatch):
     config = phase_config(**{"trainer.device": "cuda", "rollout.gpu_memory_utilization": 0.6})
     with pytest.raises(ValueError, match=r"^generation needs .* rollout\.gpu_memory_utilization to 0\.38 or less"):
         check_run_fits(config, "bench/configs/qwen3-8b", 2, with_reference=False, with_critic=False)
+
+
+def test_a_model_without_a_decoder_shape_still_has_its_state_checked():
+    from core.trainer.memory_estimate import check_fits
+
+    # 4e9 parameters on 1 GPU: 16 B each = 64e9 B = 59.6 GiB, beside 0.35 × 79.2 = 27.7 GiB of engine and 3.4 of
+    # runtime: 90.7 GiB of a 79.2 GiB GPU. On 2 GPUs the state halves to 29.8 GiB: 60.9 GiB fits.
+    cfg = config()
+    runtime = 3.4 * GIB
+    state = lambda ranks: sum(training_state(cfg, 4 * 10**9, ranks, with_reference=False, with_critic=False).values())  # noqa: E731
+    found = {"state_only": state(1), "engine": 0.35 * 79.2 * GIB, "runtime": runtime, "device": 79.2 * GIB}
+    with pytest.raises(ValueError, match=r"^the training state needs 59\.6 GiB per GPU beside the engine's share "
+                                         r"27\.7 GiB and the CUDA runtime 3\.4 GiB, of a 79\.2 GiB GPU"):
+        check_fits(cfg, 4 * 10**9, 79.2 * GIB, found)
+    check_fits(cfg, 4 * 10**9, 79.2 * GIB, {**found, "state_only": state(2)})

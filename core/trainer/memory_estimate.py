@@ -91,16 +91,20 @@ def check_engine_holds_weights(config, params: int, device_bytes: float) -> None
 
 
 def run_memory(config, model_path: str, ranks: int, device_bytes: float, *, with_reference: bool,
-               with_critic: bool) -> tuple[int, dict | None]:
+               with_critic: bool) -> tuple[int, dict]:
     """`model_path`'s parameter count and its `per_gpu_memory` on a GPU of `device_bytes`, prompts at
-    data.max_prompt_length (the worst case: no tokenizer yet); None in place of the phases for a config
-    that is not a Llama-style decoder's (no shape to count activations from)."""
+    data.max_prompt_length (the worst case: no tokenizer yet); for a config that is not a Llama-style decoder's
+    (no shape to count activations from), only its training state, engine share and runtime (`state_only`)."""
     model = config.model
     params = count_parameters(model_path, model.trust_remote_code, model.gguf_file)
     try:
         shape = ModelShape.from_pretrained(model_path, model.trust_remote_code, model.gguf_file)
-    except AttributeError:
-        return params, None
+    except AttributeError:  # no activations to count; the state, the engine's share and the runtime still must fit
+        state = training_state(config, params, ranks, with_reference=with_reference, with_critic=with_critic)
+        colocated = OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated"
+        engine = config.rollout.gpu_memory_utilization * device_bytes * (colocated and config.rollout.name in ENGINES)
+        return params, {"state_only": sum(state.values()), "engine": engine, "runtime": RUNTIME_GIB * GIB,
+                        "device": device_bytes}
     return params, per_gpu_memory(config, shape, params, ranks, device_bytes, with_reference=with_reference,
                                   with_critic=with_critic, adapter_params=count_adapter_parameters(config, model_path))
 
@@ -109,8 +113,22 @@ def check_fits(config, params: int, device_bytes: float, found: dict | None) -> 
     """One-line error when a GPU cannot hold the run: the engine's share against its weights, then each
     phase's certain memory (`check_phases`; without the phases, the share is all there is to check)."""
     check_engine_holds_weights(config, params, device_bytes)
-    if found is not None:
+    if found is not None and "state_only" in found:
+        check_state(found)
+    elif found is not None:
         check_phases(config, found)
+
+
+def check_state(found: dict) -> None:
+    """For a model without a decoder shape (`run_memory`'s `state_only`): its sharded training state beside the
+    engine's share and the runtime, activations not counted."""
+    need = found["state_only"] + found["engine"] + found["runtime"]
+    if need > found["device"]:
+        raise ValueError(
+            f"the training state needs {found['state_only'] / GIB:.1f} GiB per GPU beside the engine's share "
+            f"{found['engine'] / GIB:.1f} GiB and the CUDA runtime {found['runtime'] / GIB:.1f} GiB, of a "
+            f"{found['device'] / GIB:.1f} GiB GPU (activations not counted): use more GPUs (trainer.n_gpus_per_node "
+            "/ torchrun ranks), actor.cpu_offload=true, or a lower rollout.gpu_memory_utilization")
 
 
 def check_run_fits(config, model_path: str, ranks: int, *, with_reference: bool, with_critic: bool) -> None:
