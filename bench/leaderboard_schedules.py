@@ -81,16 +81,7 @@ def check_schedules(args, variants: list[str], gpu_count: int, variant_overrides
     """Refuse the whole invocation before any job starts when a recipe cannot run under a schedule (the config
     check's own reasons: ReMax, DAPO's dynamic sampling, a loss the correction does not weigh), or when a job
     needs more GPUs than given. `variant_overrides(variant, args)`: what a recipe needs beyond the budget."""
-    from omegaconf import OmegaConf
-
-    from core.config.validate import (
-        check_algorithm,
-        check_batch_sizes,
-        check_max_staleness,
-        check_placement,
-        check_rollout_log_probs,
-        check_schedule,
-    )
+    from core.config.validate import validate_config
 
     schedules = run_schedules(args)
     most = max(schedule.gpus for schedule in schedules)
@@ -104,13 +95,9 @@ def check_schedules(args, variants: list[str], gpu_count: int, variant_overrides
             overrides = budget + variant_overrides(variant, args) + schedule_overrides(schedule)
             overrides += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank else []
             overrides += args.overrides
-            try:
-                resolved = OmegaConf.to_container(load_config(VARIANTS[variant], overrides), resolve=True)
-                for check in (check_schedule, check_max_staleness, check_algorithm, check_rollout_log_probs,
-                              check_placement):
-                    check(resolved)
-                ranks = schedule.training_gpus  # a disaggregated job's Ray training ranks split every batch
-                check_batch_sizes(resolved, ranks, f"--gpus-per-job {schedule.gpus} --rollout-gpus {schedule.rollout_gpus}")
+            split = f"--gpus-per-job {schedule.gpus} --rollout-gpus {schedule.rollout_gpus}"
+            try:  # every check a launch makes, at the job's own training ranks
+                validate_config(load_config(VARIANTS[variant], overrides), (schedule.training_gpus, split))
             except ConfigError as error:
                 raise SystemExit(f"--schedule {schedule.schedule} (row {lora_row(variant, args.lora_rank)}"
                                  f"{schedule.suffix()}) cannot run, so no job starts: {error}") from None
