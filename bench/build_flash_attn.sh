@@ -108,6 +108,9 @@ build() {
 case $MODE in
     status) status; exit ;;
     background)
+        if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then  # two builds would share log and marker
+            echo "a build is already running (pid $(cat "$PIDFILE")): poll it with --status" >&2; exit 1
+        fi
         rm -f "$DONE"
         nohup bash -c "bash '$SELF' --python '$PY' --wheel-dir '$WHEEL_DIR' --version '$VERSION' --log '$LOG' \
             ${SDIST:+--sdist '$SDIST'} ${JOBS:+--jobs '$JOBS'}" >/dev/null 2>&1 &

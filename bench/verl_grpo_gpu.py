@@ -119,7 +119,7 @@ def verl_overrides(shape: str, model_dir: str, data: str, steps: int, out: Path,
 
 def packing_on(packing: str) -> bool:
     """Whether verl packs: `on` needs flash-attn (refused in one line without it), `auto` follows it."""
-    installed = importlib.util.find_spec("flash_attn") is not None
+    installed = importlib.util.find_spec("flash_attn_2_cuda") is not None  # the built kernels, not the python part
     if packing == "on" and not installed:
         raise SystemExit("--packing on needs flash-attn in verl's environment: bash bench/build_flash_attn.sh "
                          "--python $(which python) --wheel-dir DIR, then python bench/flash_attn_check.py")

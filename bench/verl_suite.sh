@@ -55,6 +55,9 @@ case $MODE in
         grep -E "^(==|verl |ours|trl|step )|[Ee]rror|failed|skipped" "$SUITE_DIR/suite.log" 2>/dev/null | tail -n 20
         exit 0 ;;
     background)
+        if kill -0 "$(cat "$SUITE_DIR/suite.pid" 2>/dev/null)" 2>/dev/null; then  # two would share log and marker
+            echo "a suite is already running (pid $(cat "$SUITE_DIR/suite.pid")): poll it with --status" >&2; exit 1
+        fi
         rm -f "$SUITE_DIR/suite.done"
         rest=()
         for arg in "${ARGS[@]}"; do [ "$arg" = --background ] || rest+=("$arg"); done
