@@ -6,6 +6,7 @@ contract (`Batch.check`) with the stage's name, so a shape bug names the stage t
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -31,6 +32,8 @@ from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_m
 from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
 from core.trainer.signals import StopRequest, deferred_stop
+from core.trainer.start_record import PREFIX as START_PREFIX
+from core.trainer.start_record import start_line, start_phase
 from core.trainer.stops import Interrupted, RunHalted
 from core.trainer.timeline import SYNC, Timeline
 from core.trainer.validation import validate
@@ -42,7 +45,7 @@ class BaseTrainer:
     samples_dynamically = False  # DAPO: `algorithm.filter_groups` (its trainer's generate); others would ignore it
 
     def __init__(self, config):
-        self.config = config
+        self.config, self.started = config, time.perf_counter()
         parts = build_components(config, build_roles, with_reference=self.uses_reference, with_critic=self.uses_critic)
         self.world, self.tokenizer = parts.world, parts.tokenizer
         self.train_loader, self.val_dataset = parts.train_loader, parts.val_dataset
@@ -52,6 +55,7 @@ class BaseTrainer:
         self.tracking = parts.tracking
         self.timeline = Timeline(self.world, self.actor_rollout)  # who computes when, per step (timeline.py)
         self.resume_from = parts.resume_from
+        self.start_record = parts.start_record  # logged with the first step's metrics (start_record.py)
         self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
                                              keep_last=config.trainer.max_ckpt_to_keep)
         self.last_saved: tuple[int, Path] | None = None  # (step, dir) of this run's newest checkpoint
@@ -70,8 +74,7 @@ class BaseTrainer:
         total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
         with (self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.actor_rollout),
               closed_at_exit(self.schedule), deferred_stop(self.where_stopped) as stop_request):
-            first_step = self.resume() + 1
-            val_metrics = self.validate(step=0) if first_step == 1 else {}
+            first_step, val_metrics = self.before_first_step()
             for step in range(first_step, total + 1):
                 self.stop_if_signalled(stop_request, last_step=step - 1)  # SIGTERM/SIGINT (signals.py)
                 self.global_step, self.timings, self.step_metrics = step, {}, {}
@@ -98,6 +101,20 @@ class BaseTrainer:
             self.stop_if_signalled(stop_request, last_step=total)  # a signal during the last step
             self.timeline.write(self.tracking, self.world, self.config.trainer.output_dir)
         return val_metrics
+
+    def before_first_step(self) -> tuple[int, dict[str, float]]:
+        """Resume from `trainer.resume`'s checkpoint, or validate a fresh run at step 0; then print the start
+        record. Returns the first step to run and the validation metrics."""
+        with start_phase("resume", self.start_record):
+            first_step = self.resume() + 1
+        val_metrics = {}
+        if first_step == 1 and self.config.trainer.test_freq:
+            with start_phase("first_validation", self.start_record):
+                val_metrics = self.validate(step=0)
+        self.start_record[START_PREFIX + "total"] = time.perf_counter() - self.started
+        if self.world.rank == 0:
+            print(start_line(self.start_record), flush=True)
+        return first_step, val_metrics
 
     def stage(self, name: str, method, *args):
         """Run one step of the loop: timed, and its output batch checked against the contract."""
@@ -303,6 +320,8 @@ class BaseTrainer:
         for key in SUMMED_OVER_RANKS:
             metrics[key] *= self.world.dp_size  # tp ranks of a dp group count the same rows
         metrics.update(self.timings)
+        metrics.update(self.start_record)  # this process's start, with its first step (rank 0's, as logged)
+        self.start_record = {}
         metrics["training/epoch"] = batch.meta.get("epoch", 0)
         self.tracking.log_metrics(metrics, step=step)
         self.guard.check(step, metrics)

@@ -11,6 +11,8 @@ training ranks. Under `sync` the two pools take turns.
 
 from __future__ import annotations
 
+import time
+
 import ray
 import torch
 from omegaconf import OmegaConf
@@ -19,7 +21,8 @@ from core.data.batch import Batch
 from core.models.loading import load_tokenizer
 from core.models.random_init import build_causal_lm
 from core.rollout.base import SamplingParams, concat_rollouts
-from core.trainer.ray_controller import ACTOR, RayWorkerGroup, contiguous_parts, kill_and_wait, rank_seeded
+from core.trainer.ray_controller import ACTOR, RayWorkerGroup, contiguous_parts, kill_and_wait, owned, rank_seeded
+from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
 from core.trainer.workers import build_rollout
 
@@ -30,13 +33,17 @@ ROLLOUT = "rollout"
 class RolloutWorker:
     """One rollout engine (`rollout.name`) on this actor's device, fed by the trainer's weight stream."""
 
-    def setup(self, config_container: dict, model_path: str, device: str) -> None:
+    def setup(self, config_container: dict, model_path: str, device: str) -> tuple[tuple[float, float], dict]:
+        """Returns when it ran (epoch seconds, began and ended) and its start phases, as `RankWorker.setup`."""
+        began, record = time.time(), {}
         config = OmegaConf.create(config_container)
         torch.set_num_threads(config.trainer.num_threads or 1)  # Ray gives each worker its CPUs
         self.device = torch.device(device)  # Ray shows the actor its one GPU as cuda:0
         tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
-        self.rollout = build_rollout(config, model_path, tokenizer, lambda: build_causal_lm(
-            config.model, model_path, seed=config.trainer.seed).to(self.device))
+        with start_phase("rollout_engine", record):
+            self.rollout = build_rollout(config, model_path, tokenizer, lambda: build_causal_lm(
+                config.model, model_path, seed=config.trainer.seed).to(self.device))
+        return (began, time.time()), record
 
     def join_weight_group(self, address: tuple[str, int], rank: int, size: int) -> None:
         self.weight_group = WeightGroup(address, rank, size, self.device)
@@ -58,23 +65,27 @@ class DisaggregatedGroup(RayWorkerGroup):
         super().__init__(config, model_path, tokenizer, with_reference=with_reference, with_critic=with_critic,
                          num_workers=num_workers, with_rollout=False)
         try:
-            self._start_rollout_workers(config, model_path)
+            self._join_weight_stream()
         except BaseException:
             self.close()  # no actor outlives a group that failed to start
             raise
 
-    def _start_rollout_workers(self, config, model_path: str) -> None:
-        count = self.sizes[ROLLOUT] = config.trainer.rollout_workers
-        container = OmegaConf.to_container(config, resolve=True)
+    def start_beside(self, config_container: dict, model_path: str) -> dict[str, tuple[list, tuple]]:
+        """The rollout workers start their engines while the training ranks load their models."""
+        count = self.sizes[ROLLOUT] = config_container["trainer"]["rollout_workers"]
         self.rollout_workers = [RolloutWorker.options(num_cpus=1, num_gpus=self.gpus).remote() for _ in range(count)]
-        self._gather(ROLLOUT, [w.setup.remote(container, model_path, "cuda" if self.gpus else "cpu")
-                               for w in self.rollout_workers])
+        return {ROLLOUT: (self.rollout_workers, (config_container, model_path, "cuda" if self.gpus else "cpu"))}
+
+    def _join_weight_stream(self) -> None:
         # Training rank 0 serves the rendezvous of the weight stream's group: rank 0 there, worker r rank r + 1.
-        address = self._gather(ACTOR, [self.workers[0].address.remote()])[0]
-        self.gather_roles({ACTOR: [self.workers[0].call.remote(ACTOR, "join_weight_group", address, count + 1)],
-                           ROLLOUT: [w.join_weight_group.remote(address, rank + 1, count + 1)
-                                     for rank, w in enumerate(self.rollout_workers)]})
-        self.sync_weights()  # the engines start from the trainer's weights, whatever they loaded
+        count = len(self.rollout_workers)
+        with start_phase("weight_group", self.start_record):
+            address = self._gather(ACTOR, [self.workers[0].address.remote()])[0]
+            self.gather_roles({ACTOR: [self.workers[0].call.remote(ACTOR, "join_weight_group", address, count + 1)],
+                               ROLLOUT: [w.join_weight_group.remote(address, rank + 1, count + 1)
+                                         for rank, w in enumerate(self.rollout_workers)]})
+        with start_phase("first_sync", self.start_record):
+            self.sync_weights()  # the engines start from the trainer's weights, whatever they loaded
 
     @property
     def num_devices(self) -> int:
@@ -84,7 +95,7 @@ class DisaggregatedGroup(RayWorkerGroup):
         """Contiguous parts of the prompts, one per rollout worker; worker r samples with seed + r."""
         workers = self.live_workers(ROLLOUT)
         parts = contiguous_parts(prompts, len(workers))
-        refs = [worker.generate.remote(part, rank_seeded(params, rank))
+        refs = [worker.generate.remote(owned(part), rank_seeded(params, rank))
                 for rank, (worker, part) in enumerate(zip(workers, parts)) if len(part)]
         return concat_rollouts(self._gather(ROLLOUT, refs), self.pad_token_id)
 

@@ -29,6 +29,7 @@ from core.models.loading import load_tokenizer
 from core.rollout.base import SamplingParams, concat_rollouts
 from core.trainer.seed import seed_everything
 from core.trainer.setup import host_threads
+from core.trainer.start_record import slowest, start_phase
 from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
 ACTOR, CRITIC = "actor_rollout", "critic"
@@ -63,20 +64,26 @@ class RankWorker:
         return ray.get_runtime_context().get_node_id()
 
     def setup(self, master: tuple[str, int], config_container: dict, model_path: str, with_reference: bool,
-              with_critic: bool, with_rollout: bool) -> None:
+              with_critic: bool, with_rollout: bool) -> tuple[tuple[float, float], dict[str, float]]:
+        """Returns when it ran (epoch seconds, began and ended) and its start phases (start_record.py)."""
+        began, record = time.time(), {}
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
                           MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
         config = OmegaConf.create(config_container)
         # Ray gives each worker one CPU slot: one thread, unless an offloaded optimizer needs the node's cores.
         threads = host_threads(config.trainer.num_threads, bool(config.actor.cpu_offload), config.trainer.n_gpus_per_node)
         torch.set_num_threads(threads or 1)
-        world = init_distributed(config.trainer.device)
+        with start_phase("dist_init", record):
+            world = init_distributed(config.trainer.device)
         seed_everything(config.trainer.seed)  # every rank builds identical weights, as under torchrun
         tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
         self.roles = {ACTOR: ActorRolloutRefWorker(config, world, model_path, tokenizer, with_reference=with_reference,
                                                    with_rollout=with_rollout)}
         if with_critic:
             self.roles[CRITIC] = CriticWorker(config, world)
+        for role in self.roles.values():
+            record |= role.start_record
+        return (began, time.time()), record
 
     def call(self, role: str, method: str, *args):
         return getattr(self.roles[role], method)(*args)
@@ -97,7 +104,9 @@ class RayWorkerGroup:
 
     def __init__(self, config, model_path: str, tokenizer, *, with_reference: bool, with_critic: bool,
                  num_workers: int, with_rollout: bool = True):
-        connect_ray()
+        self.start_record: dict[str, float] = {}  # seconds per start phase, the slowest worker's (start_record.py)
+        with start_phase("ray_init", self.start_record):
+            connect_ray()
         self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
         self.sizes = {ACTOR: num_workers, CRITIC: num_workers}  # workers per role, as errors count them
         self.death: str | None = None  # what stopped the group, once a worker died
@@ -109,17 +118,41 @@ class RayWorkerGroup:
         threads = 2 if with_rollout and config.trainer.schedule != "sync" else 1
         self.workers = [RankWorker.options(num_cpus=1, num_gpus=self.gpus, max_concurrency=threads).remote(
             rank, num_workers) for rank in range(num_workers)]
-        master = self._gather(ACTOR, [self.workers[0].address.remote()])[0]
-        container = OmegaConf.to_container(config, resolve=True)
-        self._gather(ACTOR, [w.setup.remote(master, container, model_path, with_reference, with_critic, with_rollout)
-                             for w in self.workers])
+        try:
+            self._start(config, model_path, with_reference, with_critic, with_rollout)
+        except BaseException:
+            self.close()  # no actor outlives a group that failed to start
+            raise
         self.actor = RemoteEngine(self, ACTOR)
         self.critic = RayCritic(self) if with_critic else None
+
+    def _start(self, config, model_path: str, with_reference: bool, with_critic: bool, with_rollout: bool) -> None:
+        """Every worker's setup at once (each loads its models and starts its engine), with `start_beside`'s
+        workers alongside: the start takes as long as the slowest worker, not the sum of them."""
+        container = OmegaConf.to_container(config, resolve=True)
+        beside = self.start_beside(container, model_path)
+        ready = {role: [w.__ray_ready__.remote() for w in workers] for role, (workers, _) in beside.items()}
+        ready[ACTOR] = [self.workers[0].address.remote()] + [w.__ray_ready__.remote() for w in self.workers[1:]]
+        with start_phase("workers", self.start_record):  # every actor's process up, so every setup starts at once
+            master = self.gather_roles(ready)[ACTOR][0]
+        with start_phase("setup", self.start_record):
+            setups = self.gather_roles({ACTOR: [w.setup.remote(master, container, model_path, with_reference,
+                                                               with_critic, with_rollout) for w in self.workers],
+                                        **{role: [w.setup.remote(*args) for w in workers]
+                                           for role, (workers, args) in beside.items()}})
+        # When each worker's setup ran (epoch seconds, per role in rank order): side by side, not one by one.
+        self.setup_windows = {role: [window for window, _ in results] for role, results in setups.items()}
+        self.start_record |= slowest([record for results in setups.values() for _, record in results])
+
+    def start_beside(self, config_container: dict, model_path: str) -> dict[str, tuple[list, tuple]]:
+        """Workers of other roles, set up beside the training ranks (`DisaggregatedGroup`'s rollout workers):
+        role -> (its actors, the arguments of their `setup`, which returns what `RankWorker.setup` does)."""
+        return {}
 
     # ---- the worker interface ---------------------------------------------------------------
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         parts = contiguous_parts(prompts, self.num_workers)
-        refs = [worker.call.remote(ACTOR, "generate", part, rank_seeded(params, rank))
+        refs = [worker.call.remote(ACTOR, "generate", owned(part), rank_seeded(params, rank))
                 for rank, (worker, part) in enumerate(zip(self.live_workers(ACTOR), parts)) if len(part)]
         return concat_rollouts(self._gather(ACTOR, refs), self.pad_token_id)
 
@@ -147,7 +180,7 @@ class RayWorkerGroup:
     # ---- dispatch ---------------------------------------------------------------------------
     def run_split(self, role: str, method: str, batch: Batch) -> list:
         """Equal contiguous parts: FSDP's collectives need every rank to run the same micro-batches."""
-        return self._gather(role, [worker.call.remote(role, method, part)
+        return self._gather(role, [worker.call.remote(role, method, owned(part))
                                    for worker, part in zip(self.live_workers(role), batch.chunk(self.num_workers))])
 
     def run_all(self, role: str, worker_method: str, *args) -> list:
@@ -250,6 +283,12 @@ def contiguous_parts(batch: Batch, n: int) -> list[Batch]:
     sizes = [len(batch) // n + (rank < len(batch) % n) for rank in range(n)]
     starts = [sum(sizes[:rank]) for rank in range(n)]
     return [batch.select(slice(start, start + size)) for start, size in zip(starts, sizes)]
+
+
+def owned(part: Batch) -> Batch:
+    """`part` with each tensor copied into storage of its own. A row slice is a view, and a view pickles its
+    whole storage: each of N workers would receive the whole batch, not its 1/N of it."""
+    return Batch({key: tensor.clone() for key, tensor in part.tensors.items()}, part.non_tensors, part.meta)
 
 
 def rank_seeded(params: SamplingParams, rank: int) -> SamplingParams:

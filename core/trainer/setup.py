@@ -8,6 +8,7 @@ controllers sit above this module, which never imports one.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -28,6 +29,7 @@ from core.tracking.tracker import Tracking, build_tracking
 from core.trainer.memory_estimate import check_run_fits
 from core.trainer.resume import check_data_position, plan_resume
 from core.trainer.seed import seed_everything
+from core.trainer.start_record import PREFIX, start_phase
 from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
 
@@ -41,6 +43,7 @@ class Components:
     critic: CriticWorker | None  # or the Ray group's RayCritic; None for critic-free recipes
     tracking: Tracking
     resume_from: Path | None  # the checkpoint `trainer.resume` points at, None: a fresh run
+    start_record: dict[str, float]  # seconds per start phase so far (core/trainer/start_record.py)
 
 
 def host_threads(num_threads: int, cpu_offload: bool, ranks_per_node: int | None,
@@ -58,7 +61,7 @@ def host_threads(num_threads: int, cpu_offload: bool, ranks_per_node: int | None
 
 
 def build_components(config, build_roles: Callable, *, with_reference: bool, with_critic: bool) -> Components:
-    trainer = config.trainer
+    began, trainer = time.perf_counter(), config.trainer
     local_ranks = int(os.environ["LOCAL_WORLD_SIZE"]) if "LOCAL_WORLD_SIZE" in os.environ else None  # torchrun's
     threads = host_threads(trainer.num_threads, bool(config.actor.cpu_offload), local_ranks)
     if threads:
@@ -87,16 +90,22 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
                           shuffle=config.data.shuffle, rank=world.dp_rank, world_size=world.dp_size)
     if resume is not None:
         check_data_position(loader.state_dict(), resume)
-    roles = build_roles(config, world, model_path, tokenizer, with_reference=with_reference, with_critic=with_critic,
-                        num_workers=dp_size)
+    record, roles_record = {PREFIX + "driver_setup": time.perf_counter() - began}, {}
+    with start_phase("roles", roles_record):
+        roles = build_roles(config, world, model_path, tokenizer, with_reference=with_reference,
+                            with_critic=with_critic, num_workers=dp_size)
+    for role in (roles.actor_rollout, roles.critic):  # the Ray group's critic is in the group's record
+        record |= getattr(role, "start_record", {})
+    record |= roles_record
     resolved = OmegaConf.to_container(config, resolve=True)
     resolved["model"]["resolved_path"] = model_path
     # A resumed run continues its MLflow run, so the curves before and after the crash are one run.
-    tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank,
-                              resume_run_id=resume.mlflow_run_id if resume else None,
-                              resume_step=resume.step if resume else 0)
+    with start_phase("tracking", record):
+        tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank,
+                                  resume_run_id=resume.mlflow_run_id if resume else None,
+                                  resume_step=resume.step if resume else 0)
     return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, tracking,
-                      resume.path if resume else None)
+                      resume.path if resume else None, record)
 
 
 def build_datasets(data, tokenizer, template_kwargs: dict | None = None) -> tuple[PromptDataset, PromptDataset]:

@@ -28,6 +28,7 @@ from core.rollout.base import RolloutBackend, SamplingParams, stop_token_ids
 from core.rollout.hf import HFRollout
 from core.rollout.multi_turn.settings import build_multi_turn
 from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
+from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
 
 
@@ -49,19 +50,27 @@ class ActorRolloutRefWorker:
         self.lora = LoraSpec.from_config(actor.lora, base=dict(
             path=model_path, init=model.init, seed=config.trainer.seed, gguf_file=model.gguf_file,
             trust_remote_code=model.trust_remote_code))
-        self.actor = FSDPEngine(self._load(model_path), world, optim=optim, cpu_offload=actor.cpu_offload,
-                                gradient_checkpointing=actor.gradient_checkpointing, lora=self.lora, **batching)
+        self.start_record: dict[str, float] = {}  # seconds per start phase (core/trainer/start_record.py)
+        with start_phase("actor_model", self.start_record):
+            model = self._load(model_path)
+        with start_phase("actor_fsdp", self.start_record):
+            self.actor = FSDPEngine(model, world, optim=optim, cpu_offload=actor.cpu_offload,
+                                    gradient_checkpointing=actor.gradient_checkpointing, lora=self.lora, **batching)
         self.ref = None
         if with_reference and self.lora is None:  # with LoRA the reference is the actor's own frozen base
-            self.ref = FSDPEngine(self._load(model_path), world, **batching)
+            with start_phase("ref", self.start_record):
+                self.ref = FSDPEngine(self._load(model_path), world, **batching)
         self.rollout = None
         if with_rollout:
-            self.rollout = build_rollout(config, model_path, tokenizer, lambda: self._load(model_path).to(world.device))
+            with start_phase("rollout_engine", self.start_record):
+                self.rollout = build_rollout(config, model_path, tokenizer,
+                                             lambda: self._load(model_path).to(world.device))
         self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
         self._adapter_dir, self._base_in_rollout = None, False
         self.weight_group: WeightGroup | None = None  # rank 0 under trainer.placement=disaggregated
         if with_rollout and config.model.init == "random" and config.rollout.name != "hf":
-            self.sync_weights()  # the engine started from its own dummy weights
+            with start_phase("first_sync", self.start_record):
+                self.sync_weights()  # the engine started from its own dummy weights
 
     def _load(self, model_path: str) -> torch.nn.Module:
         return build_causal_lm(self.config.model, model_path, seed=self.config.trainer.seed)
@@ -151,12 +160,14 @@ class CriticWorker:
         path = resolve_model_path(critic.model_path or config.model.path)
         optim = OptimConfig(lr=critic.lr, betas=tuple(critic.betas), weight_decay=critic.weight_decay,
                             warmup_steps=critic.warmup_steps, grad_clip=critic.grad_clip)
-        # Re-seeded so every rank (torchrun's or Ray's) builds the same fresh value head, whatever ran before.
-        torch.manual_seed(config.trainer.seed)
-        model = build_value_model(config.model, path, seed=config.trainer.seed, head_init=critic.value_head_init)
-        self.engine = FSDPEngine(model, world, optim=optim, micro_batch_size=critic.micro_batch_size,
-                                 mixed_precision=actor.mixed_precision,
-                                 gradient_checkpointing=actor.gradient_checkpointing, head="value")
+        self.start_record: dict[str, float] = {}
+        with start_phase("critic", self.start_record):
+            # Re-seeded so every rank (torchrun's or Ray's) builds the same fresh value head, whatever ran before.
+            torch.manual_seed(config.trainer.seed)
+            model = build_value_model(config.model, path, seed=config.trainer.seed, head_init=critic.value_head_init)
+            self.engine = FSDPEngine(model, world, optim=optim, micro_batch_size=critic.micro_batch_size,
+                                     mixed_precision=actor.mixed_precision,
+                                     gradient_checkpointing=actor.gradient_checkpointing, head="value")
 
     def compute_values(self, batch: Batch) -> Batch:
         """(B, T_resp) values of the rollout: GAE's baseline and the value loss's V_old."""
