@@ -12,9 +12,10 @@ goes through the script's own dry run first; `python bench/scale_plan.py` record
 memory arithmetic without a GPU.
 
 Writes results/scale/<recipe>_qwen3-8b_<N>gpu_<controller>.json: the command, the median step time
-after step 1 and its per-stage breakdown, generated and trained tokens/s per GPU, each GPU's peak
-memory (nvidia-smi, every 0.5 s), the policy update's MFU, and raw vLLM tokens/s at the same batch
-and lengths measured in the same call (bench/scale_raw_vllm.py).
+after step 1 and its per-stage breakdown, the start before step 1 phase by phase (`start_s`: Ray's cluster,
+workers and setup, each worker's model loads, engine start and first weight sync; core/trainer/start_record.py),
+generated and trained tokens/s per GPU, each GPU's peak memory (nvidia-smi, every 0.5 s), the policy update's
+MFU, and raw vLLM tokens/s at the same batch and lengths measured in the same call (bench/scale_raw_vllm.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_memory import device_name, run_logged  # noqa: E402
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
+from core.trainer.start_record import PREFIX as START_PREFIX  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Prompts per GPU per step: the scripts' sequences per GPU cut so that 3 steps take minutes, not hours.
@@ -133,6 +135,8 @@ def step_history(store: Path, name: str, experiment: str = "scale") -> dict[int,
 def summarise(history: dict[int, dict[str, float]], gpus: int, config: dict) -> dict:
     """Medians over the steps after step 1 (step 1 holds one-off compiles and allocations)."""
     later = [history[s] for s in sorted(history) if s >= 2 and "timing_s/step" in history[s]]
+    # The start record is logged with the first step (step 0 holds the validation before it, if any).
+    first = next((history[s] for s in sorted(history) if "timing_s/step" in history[s]), {})
 
     def median(key: str) -> float | None:
         values = [m[key] for m in later if key in m]
@@ -144,6 +148,7 @@ def summarise(history: dict[int, dict[str, float]], gpus: int, config: dict) -> 
     return {
         "median_step_s": step_s,
         "stages_s": {stage: median(f"timing_s/{stage}") for stage in STAGES if median(f"timing_s/{stage}") is not None},
+        "start_s": {key.removeprefix(START_PREFIX): value for key, value in first.items() if key.startswith(START_PREFIX)},
         "generated_tokens_per_s_per_gpu": generated / gen_s / gpus if generated and gen_s else None,
         "trained_tokens_per_s_per_gpu": tokens / step_s / gpus if tokens and step_s else None,
         "update_mfu": update_flops(config, tokens, mean_len, generated) / (update_s * gpus * PEAK_BF16)
@@ -180,7 +185,8 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
               "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               **summarise(step_history(store, name), gpus, config)}
     peak = f"peak {max(result['peak_memory_gib']):.1f} GiB, " if result["peak_memory_gib"] else ""
-    print(f"[scale] {name}: {result['median_step_s']:.1f} s/step (median after step 1), {peak}wall {wall:.0f} s",
+    start = f"start {result['start_s']['total']:.0f} s, " if "total" in result["start_s"] else ""
+    print(f"[scale] {name}: {result['median_step_s']:.1f} s/step (median after step 1), {start}{peak}wall {wall:.0f} s",
           flush=True)
     return result
 

@@ -33,6 +33,14 @@ def test_summary_takes_medians_after_step_one():
     assert result["update_mfu"] == pytest.approx(update_flops(TINY, 1000, 10, 800) / (2.0 * 2 * 989e12))
 
 
+def test_summary_keeps_the_start_record_logged_with_the_first_step():
+    history = {s: {"timing_s/step": 10.0} for s in (1, 2, 3)}
+    history[0] = {"val/acc": 0.1}
+    history[1] |= {"perf/start_s/ray_init": 5.0, "perf/start_s/total": 97.0}
+    result = summarise(history, gpus=2, config=TINY)
+    assert result["start_s"] == {"ray_init": 5.0, "total": 97.0}
+
+
 @pytest.mark.parametrize("recipe", sorted(PROMPTS_PER_GPU))
 def test_every_recipe_script_accepts_the_suite_overrides_at_two_gpus(recipe, tmp_path):
     from core.config import load_config
