@@ -50,6 +50,7 @@ from core.tracking.run_export import (
     LeaderboardError,
     check_unique_seeds,
     is_task_acc_key,
+    model_slug,
 )
 from core.tracking.schedules import write_schedule_plots
 from core.tracking.seed_stats import SeedStats, plot_seed_curves
@@ -229,12 +230,9 @@ def pretrained_plots(section: BeforeAfter) -> dict[str, str]:
     models = sorted({row.model for row in section.rows})
     if len(models) == 1:
         return {models[0]: PRETRAINED_PLOT}
-    return {model: PRETRAINED_PLOT.replace(".png", f"_{_model_slug(model)}.png") for model in models}
+    return {model: PRETRAINED_PLOT.replace(".png", f"_{model_slug(model)}.png") for model in models}
 
 
-def _model_slug(model: str) -> str:
-    """`pypi://SmolLM2-135M-Instruct` -> `smollm2-135m-instruct`: a file name part."""
-    return re.sub(r"[^A-Za-z0-9.]+", "-", model.split("://")[-1]).strip("-").lower()
 SUITE_CURVE_KEY = "val/suite mean"
 
 

@@ -15,6 +15,7 @@ section reads; an export without such runs has no `evals` key.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,11 @@ def check_unique_seeds(recipe: str, model: str, runs: list[dict]) -> None:
             f"recipe {recipe!r} × model {model!r} has several finished runs of one seed ({details}); "
             "a seed must count once: delete the superseded run(s) with `mlflow runs delete --run-id ID`"
         )
+
+
+def model_slug(model: str) -> str:
+    """`pypi://SmolLM2-135M-Instruct` -> `smollm2-135m-instruct`: a model's name as a file name part."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", model.split("://")[-1]).strip("-").lower()
 
 
 def merge_exports(exports: list[dict]) -> dict:

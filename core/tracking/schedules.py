@@ -18,11 +18,10 @@ alike); validations between steps and waits for the rollout thread are in.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError
+from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError, model_slug
 from core.tracking.seed_stats import SeedStats, series_colors
 from core.tracking.suite_rank import SUITE_MEAN, suite_columns, suite_stats
 
@@ -204,8 +203,7 @@ def schedule_plots(section) -> dict[str, str]:
                                                           section.columns)]
     if len(models) == 1:
         return {model: SCHEDULE_PLOT for model in several}
-    return {model: SCHEDULE_PLOT.replace(".png", "_" + re.sub(r"[^A-Za-z0-9.]+", "-", model.split("://")[-1])
-                                         .strip("-").lower() + ".png") for model in several}
+    return {model: SCHEDULE_PLOT.replace(".png", f"_{model_slug(model)}.png") for model in several}
 
 
 def write_schedule_plots(section, out: Path) -> list[Path]:
