@@ -140,3 +140,13 @@ def test_a_model_without_a_decoder_shape_still_has_its_state_checked():
                                          r"27\.7 GiB and the CUDA runtime 3\.4 GiB, of a 79\.2 GiB GPU"):
         check_fits(cfg, 4 * 10**9, 79.2 * GIB, found)
     check_fits(cfg, 4 * 10**9, 79.2 * GIB, {**found, "state_only": state(2)})
+
+
+def test_an_engine_kept_awake_holds_its_share_through_the_update():
+    # rollout.free_cache_engine=false (the leaderboard's small-model jobs): the engine's 0.35 × 79.2 = 27.72 GiB share
+    # stays allocated while the update runs; asleep (the default) it is not counted there.
+    asleep = phases(phase_config(), 79.2)
+    awake = phases(phase_config(**{"rollout.free_cache_engine": "false"}), 79.2)
+    assert asleep["engine_awake"] == 0
+    assert (awake["training_allocated"] - asleep["training_allocated"]) / GIB == pytest.approx(0.35 * 79.2)
+    assert awake["generation_peak"] == asleep["generation_peak"]

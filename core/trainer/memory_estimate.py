@@ -285,11 +285,13 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
     runtime = RUNTIME_GIB * GIB
     colocated = OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated"
     engine = rollout["share"] * colocated
+    # rollout.free_cache_engine=false keeps the engine awake through the update: its share stays beside the state.
+    awake = engine * (not OmegaConf.select(config, "rollout.free_cache_engine", default=True))
     generation = sum(state.values()) - state["grads"] + engine + runtime
-    allocated = sum(state.values()) + sum(gathered.values()) + sum(activations.values()) + runtime
+    allocated = sum(state.values()) + sum(gathered.values()) + sum(activations.values()) + awake + runtime
     cache = CACHED_ACTIVATION_SETS * token_activations(activations)
     return {"state": state, "gathered": gathered, "activations": activations, "rollout": rollout, "engine": engine,
-            "micro_batch_tokens": tokens, "runtime": runtime, "allocator_cache": cache,
+            "engine_awake": awake, "micro_batch_tokens": tokens, "runtime": runtime, "allocator_cache": cache,
             "generation_peak": generation, "training_allocated": allocated, "training_peak": allocated + cache,
             "peak": max(generation, allocated + cache), "device": device_bytes}
 
@@ -323,9 +325,10 @@ def phase_parts(config, found: dict) -> dict[str, dict[str, float]]:
                   "CUDA runtime": found["runtime"]}
     update = {"training state": sum(state.values()), "gathered weights": sum(found["gathered"].values()),
               f"activations of {found['micro_batch_tokens']} tokens": sum(found["activations"].values()),
+              f"{engine}, awake (rollout.free_cache_engine=false)": found.get("engine_awake", 0.0),
               "CUDA runtime": found["runtime"]}
     return {"generation": {name: value for name, value in generation.items() if value or name != engine},
-            "update": update}
+            "update": {name: value for name, value in update.items() if value or "awake" not in name}}
 
 
 def check_phases(config, found: dict) -> None:
