@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_page import PLOT_DPI, load_results, number_cell, pyplot, table_header, table_row, write_page  # noqa: E402
 
 from core.trainer.schedule import DEFAULT_MAX_STALENESS, SCHEDULES  # noqa: E402
-from core.trainer.timeline import HOST, ROLLOUT, SYNC, TRAIN, busy_shares  # noqa: E402
+from core.trainer.timeline import HOST, ROLLOUT, TRAIN, WEIGHT_SYNC, busy_shares  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = {"sync": 0, "one_step_off": 1, "async": 2}
+ORDER = {name: index for index, name in enumerate(SCHEDULES)}  # sync, one_step_off, async
 GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init Qwen3-8B, on 141 GB GPUs: on 80 GB
     # ones the launch check refuses these settings (the update of 8B on 2 ranks needs more than 79 GiB a GPU).
     # One training GPU cannot hold 8B's training state (≈ 153 GiB, the dry run's estimate): offloaded to the host.
@@ -35,7 +35,7 @@ GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init 
 STAGE_COLORS = {"generate": "tab:blue", "old_log_prob": "tab:orange", "update_actor": "tab:red",
                 "sync_weights": "black", "reward": "tab:green", "adv": "tab:olive", "rollout_corr": "tab:purple",
                 "values": "tab:brown", "update_critic": "tab:pink"}
-LANES = {ROLLOUT: (0.45, 0.4), TRAIN: (0.05, 0.4), SYNC: (0.05, 0.8), HOST: (0.05, 0.8)}  # role -> (y offset, height)
+LANES = {ROLLOUT: (0.45, 0.4), TRAIN: (0.05, 0.4), WEIGHT_SYNC: (0.05, 0.8), HOST: (0.05, 0.8)}  # role -> (y offset, height)
 
 
 def staleness_bound(run: dict) -> int:

@@ -32,11 +32,12 @@ from gpu_memory import device_name, run_logged  # noqa: E402
 from scale_suite import ensure_data, model_dir, step_history  # noqa: E402
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
+from core.trainer.schedule import SCHEDULES as SCHEDULE_CLASSES  # noqa: E402
 from core.trainer.timeline import FILENAME as TIMELINE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-COLOCATED = ("sync", "one_step_off")
-SCHEDULES = (*COLOCATED, "async")
+SCHEDULES = tuple(SCHEDULE_CLASSES)  # sync, one_step_off, async
+COLOCATED = SCHEDULES[:2]  # async runs disaggregated here
 EXPERIMENT = "async"
 
 

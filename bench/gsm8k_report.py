@@ -134,9 +134,9 @@ def crash_reason(log: Path) -> str | None:
 def with_crash_reasons(record: dict, out: Path) -> dict:
     """`record` with each crashed job's `error` read from its log under `out`, where the record lacks one."""
     for job in record["jobs"]:
-        if job["status"] == "crashed" and not job.get("error") and job.get("log"):
-            if reason := crash_reason(out / job["log"]):
-                job["error"] = reason
+        crashed = job["status"] == "crashed" and not job.get("error") and job.get("log")
+        if crashed and (reason := crash_reason(out / job["log"])):
+            job["error"] = reason
     return record
 
 

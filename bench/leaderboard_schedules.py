@@ -12,8 +12,9 @@ from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
 from core.config import ConfigError, load_config
 from core.tracking.recipe_readmes import lora_row
 from core.tracking.schedules import SYNC, RunSchedule
+from core.trainer.schedule import SCHEDULES
 
-SCHEDULE_NAMES = ("sync", "one_step_off", "async")  # core/trainer/schedule.py's SCHEDULES
+SCHEDULE_NAMES = tuple(SCHEDULES)  # sync, one_step_off, async
 CORRECTIONS = (NO_CORRECTION, *ROLLOUT_CORRECTIONS.names())
 
 

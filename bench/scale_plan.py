@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_suite import ROOT, ensure_data, model_dir, run_overrides, script_plan  # noqa: E402 (puts the repo root on sys.path)
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
+from core.trainer.memory_estimate import PEAK_TARGET  # noqa: E402
 
 # GiB as nvidia-smi's memory.total gives them, the measured peaks' denominator (vLLM's share is of CUDA's
 # total, 0.4% less on an H200: 0.2 GiB at a share of 0.35).
 DEVICES = {"H100 80GB": 79.6, "H200 141GB": 140.4}
-PEAK_LIMIT = 0.95  # the suite's target: no GPU above 95% of its memory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,7 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def memory_by_device(config, model: Path, world: int, prompt_tokens: float) -> dict[str, dict]:
     """`per_gpu_memory` for each of DEVICES, in GiB, with the peak's share of the device and the settings
-    that would bring each phase within PEAK_LIMIT."""
+    that would bring each phase within PEAK_TARGET."""
     from core.trainer.memory_estimate import (
         GIB,
         ModelShape,
@@ -77,10 +77,10 @@ def memory_by_device(config, model: Path, world: int, prompt_tokens: float) -> d
             **{f"{key}_gib": round(found[key] / GIB, 2) for key in (
                 "runtime", "allocator_cache", "generation_peak", "training_allocated", "training_peak", "peak")},
             "peak_fraction": round(found["peak"] / (capacity * GIB), 4),
-            "fits": found["peak"] <= PEAK_LIMIT * capacity * GIB,
+            "fits": found["peak"] <= PEAK_TARGET * capacity * GIB,
             # The largest engine share and micro-batch token budget that keep each phase within the limit.
-            "max_gpu_memory_utilization": round(engine_share_within(config, found, PEAK_LIMIT * capacity * GIB), 3),
-            "max_micro_batch_tokens": micro_batch_tokens_within(found, PEAK_LIMIT * capacity * GIB, cached=True),
+            "max_gpu_memory_utilization": round(engine_share_within(config, found, PEAK_TARGET * capacity * GIB), 3),
+            "max_micro_batch_tokens": micro_batch_tokens_within(found, PEAK_TARGET * capacity * GIB, cached=True),
         }
     return out
 
@@ -129,12 +129,12 @@ def findings(config, plan: dict, memory: dict[str, dict]) -> list[str]:
             lines.append(f"{device}: the KV cache holds {found['kv_tokens_per_engine'] / 1e3:.0f}k tokens, {held:.0f} "
                          f"sequences at full length ({full_length} tokens), of the {per_engine} each engine generates "
                          f"per round" + (f"; rollout.gpu_memory_utilization={share} could rise to {room:.2f} within "
-                                         f"the {PEAK_LIMIT:.0%} target" if round(room, 2) > share else ""))
+                                         f"the {PEAK_TARGET:.0%} target" if round(room, 2) > share else ""))
     return lines
 
 
 def over_target(found: dict) -> str:
-    """Which phase goes over PEAK_LIMIT, by how much, and the setting that would bring it within."""
+    """Which phase goes over PEAK_TARGET, by how much, and the setting that would bring it within."""
     generation = found["generation_peak_gib"] >= found["training_peak_gib"]
     if generation:
         share = found["max_gpu_memory_utilization"]
@@ -145,7 +145,7 @@ def over_target(found: dict) -> str:
                  if budget else "more GPUs or actor.cpu_offload=true")
     return (f"over the target: the {'generation' if generation else 'training'} phase needs "
             f"{found['peak_gib']:.1f} GiB per GPU, {found['peak_fraction']:.0%} of {found['capacity_gib']:.1f} GiB "
-            f"(target ≤ {PEAK_LIMIT:.0%}); within it with {lever}")
+            f"(target ≤ {PEAK_TARGET:.0%}); within it with {lever}")
 
 
 def plan_one(args, recipe: str, controller: str, gpus: int, full: bool, model: Path, data: Path) -> dict:

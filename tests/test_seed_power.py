@@ -3,7 +3,7 @@ against figures worked by hand."""
 
 import pytest
 
-from core.tracking.seed_power import pooled_seed_variance, separation_lines, seeds_to_separate, spread_lines
+from core.tracking.seed_power import pooled_seed_variance, seeds_to_separate, separation_lines, spread_lines
 
 # Means 0.42 and 0.32, each with sample variance 0.0008. With n seeds each, the difference's standard error is
 # √(2 · 0.0008 / n) = 0.04 / √n, so t = 2.5 √n, and Welch's df = 2 (n − 1).

@@ -439,7 +439,7 @@ def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]
 def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = None) -> list[str]:
     """One section per pretrained model: how to read it, the protocol, the table, the runs, and its plot
     (`plots`: model -> the image's path)."""
-    lines = []
+    lines, schedule_figures = [], schedule_plots(section)
     for model in sorted(set(section.befores) | {row.model for row in section.rows}):
         rows = [row for row in section.rows if row.model == model]
         lines += ["", f"## {_training_task(rows)}, pretrained model `{model}`"]
@@ -447,7 +447,7 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
         suite = suite_columns(section.columns)
         lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite)) + evidence_lines(rows, suite)
-        lines += schedule_lines(rows, section.columns, schedule_plots(section).get(model))
+        lines += schedule_lines(rows, section.columns, schedule_figures.get(model))
         lines += _details(section, rows) if rows else []
         if rows and (plots or {}).get(model):
             lines += ["", f"![held-out accuracy and training reward vs step, mean over seeds]({plots[model]})"]

@@ -35,7 +35,7 @@ from core.trainer.signals import StopRequest, deferred_stop
 from core.trainer.start_record import PREFIX as START_PREFIX
 from core.trainer.start_record import start_line, start_phase
 from core.trainer.stops import Interrupted, RunHalted
-from core.trainer.timeline import SYNC, Timeline
+from core.trainer.timeline import WEIGHT_SYNC, Timeline
 from core.trainer.validation import validate
 from core.trainer.workers import mini_batch_rows
 
@@ -212,7 +212,7 @@ class BaseTrainer:
 
     def sync_weights(self) -> None:
         # The schedule waits for a rollout still generating on the old weights; the span starts after it.
-        with self.schedule.weight_sync(), self.timeline.span("sync_weights", SYNC):
+        with self.schedule.weight_sync(), self.timeline.span("sync_weights", WEIGHT_SYNC):
             self.actor_rollout.sync_weights()
 
     # ---- checkpoints --------------------------------------------------------------------------

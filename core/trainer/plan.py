@@ -140,7 +140,7 @@ def memory_plan(config, world: int) -> dict:
         return {"note": "estimated at launch (model.path is not a local dir with config.json)"}
     if config.trainer.device == "cpu":
         return {"note": "trainer.device=cpu: no GPU to plan for"}
-    on_gpu = torch.cuda.is_available() and config.trainer.device != "cpu"
+    on_gpu = torch.cuda.is_available()
     device = torch.cuda.get_device_properties(0).total_memory if on_gpu else ASSUMED_GPU_GIB * GIB
     params, found = run_memory(config, str(path), world, device,
                                with_reference=bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward),

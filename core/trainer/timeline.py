@@ -27,7 +27,7 @@ from pathlib import Path
 
 from core.engine.distributed import all_gather_object
 
-TRAIN, ROLLOUT, SYNC, HOST = "train", "rollout", "sync", "host"
+TRAIN, ROLLOUT, WEIGHT_SYNC, HOST = "train", "rollout", "sync", "host"
 HOST_STAGES = ("reward", "rollout_corr", "adv")  # python on the driver's CPU, not on a device
 RECORDED_ELSEWHERE = ("gen", "sync_weights")  # their device work is the rollout's and the sync's spans
 FILENAME = "timeline.json"
@@ -37,7 +37,7 @@ class Timeline:
     def __init__(self, world, actor_rollout):
         self.start = time.time()
         self.devices = dict(zip((TRAIN, ROLLOUT), device_labels(world, actor_rollout)))
-        self.devices[SYNC] = sorted({*self.devices[TRAIN], *self.devices[ROLLOUT]}, key=device_order)
+        self.devices[WEIGHT_SYNC] = sorted({*self.devices[TRAIN], *self.devices[ROLLOUT]}, key=device_order)
         self.devices[HOST] = [HOST]
         self.step_number = 0  # the step the trainer is in, read by the rollout thread's spans too
         self.spans: list[dict] = []  # appended from two threads: list.append is atomic
