@@ -62,9 +62,9 @@ def test_the_per_turn_logprob_gap_is_the_mean_over_steps(tmp_path):
 
 
 def test_the_committed_pages_are_what_the_committed_runs_give():
-    host = {"gpu_shared_host": "one of 4 on a host whose other 3 GPUs ran, for its first 4½ minutes, the "
-                               "leaderboard invocation of 2026-11-27 03:42:48 (results/reasoning_gym/README.md: 8 "
-                               "training jobs that crashed after about 170 s and 1 evaluation), sharing its 64 CPU cores"}
+    host = {"gpu_shared_host": "one of 4 on a host whose other 3 GPUs ran, during part of this run, the leaderboard "
+                               "invocation of 2026-11-27 03:42:48 (results/reasoning_gym/README.md), sharing its 64 "
+                               "CPU cores"}
     for name in ("gpu", "gpu_shared_host"):
         results = ROOT / "results" / "tool_use" / name
         expected = "\n".join(tool_use_report.page(results, host.get(name))) + "\n"
