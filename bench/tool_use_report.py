@@ -68,6 +68,16 @@ def engine_reading(engine: str, tool: dict | None, single: dict | None, same_pro
         mean = statistics.mean(step["rollout/logprob_diff/mean"] for step in same_prompts["steps"])
         lines.append(f"- {name}, single-turn on the tool run's prompts: `rollout/logprob_diff` averages {mean:.4f}, "
                      "with no context rebuilt: the token mix's own gap.")
+    if tool and same_prompts:  # before any update every run samples from the same weights: the cleanest comparison
+        at_start = {label: run["steps"][0]["rollout/logprob_diff/mean"] for label, run in
+                    (("tool", tool), ("same", same_prompts), ("plain", single)) if run}
+        plain = f", {at_start['plain']:.4f} single-turn on GSM8K's own prompts" if "plain" in at_start else ""
+        first_step = tool["steps"][0]
+        turns = (f" (first turn {first_step[TURN_SPLIT[0]]:.4f}, later turns {first_step[TURN_SPLIT[1]]:.4f})"
+                 if all(key in first_step for key in TURN_SPLIT) else "")
+        lines.append(f"- {name}, step 1 (the same pretrained weights in every run): `rollout/logprob_diff` "
+                     f"{at_start['tool']:.4f} with the tool{turns}, {at_start['same']:.4f} single-turn on the same "
+                     f"prompts{plain}.")
     if tool and all(TURN_SPLIT[0] in step for step in tool["steps"]):
         first, later = (statistics.mean(step[key] for step in tool["steps"]) for key in TURN_SPLIT)
         lines.append(f"- {name}, tool run: `rollout/logprob_diff` averages {first:.4f} on the first turn's sampled "

@@ -2,6 +2,7 @@
 (made-up numbers, never written to results/), and the committed page regenerated from the committed json files."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -59,13 +60,14 @@ def test_the_per_turn_logprob_gap_is_the_mean_over_steps(tmp_path):
     assert any("averages 0.0120 on the first turn's sampled tokens and 0.0250 on the later turns'" in line
                for line in lines)
     assert "Device: SYNTHETIC GPU (busy)." in "\n".join(lines)
+    # step 1 alone: the weights every run starts from
+    assert ("- vLLM, step 1 (the same pretrained weights in every run): `rollout/logprob_diff` 0.0100 with the tool "
+            "(first turn 0.0100, later turns 0.0200), 0.0100 single-turn on the same prompts.") in lines
 
 
 def test_the_committed_pages_are_what_the_committed_runs_give():
-    host = {"gpu_shared_host": "one of 4 on a host whose other 3 GPUs ran, during part of this run, the leaderboard "
-                               "invocation of 2026-11-27 03:42:48 (results/reasoning_gym/README.md), sharing its 64 "
-                               "CPU cores"}
-    for name in ("gpu", "gpu_shared_host"):
+    for name in ("gpu", "gpu_shared_host", "gpu_same_prompts"):
         results = ROOT / "results" / "tool_use" / name
-        expected = "\n".join(tool_use_report.page(results, host.get(name))) + "\n"
-        assert (results / "README.md").read_text() == expected
+        committed = (results / "README.md").read_text()
+        host = re.search(r'--host "([^"]*)"', committed)  # the page names the flag that regenerates it
+        assert committed == "\n".join(tool_use_report.page(results, host and host.group(1))) + "\n"
