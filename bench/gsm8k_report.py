@@ -56,7 +56,7 @@ def jobs_to_run(jobs: list, uri: str, experiment: str, model: str) -> list:
     except LeaderboardError:
         return jobs
     done = {(run["recipe"], run["seed"]) for run in export["runs"]
-            if run["model"] == model and run.get("tags", {}).get(AFTER_EVAL_TAG) == "done"}
+            if run["model"] == model and run.get("tags", {}).get(AFTER_EVAL_TAG) == "done" and not stopped_too_short(run)}
     before = any(entry["stage"] == "before" and entry["model"] == model for entry in export.get("evals", []))
     for job in jobs:
         if (job.variant is None and before) or (job.row or job.variant, job.seed) in done:
@@ -216,9 +216,22 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     return 0
 
 
+# A run its time budget stopped before this share of trainer.total_steps measured another budget (in the first
+# invocation of the reasoning-gym-open suite, engine starts shared by 4 jobs per GPU left some runs 1 step of 16): it
+# never stands for its recipe in the table.
+MIN_STEPS_SHARE = 0.5
+
+
+def stopped_too_short(run: dict) -> bool:
+    total = (run.get("params") or {}).get("trainer.total_steps")
+    return (bool(run.get("tags", {}).get(STOPPED_TAG)) and total is not None
+            and (run.get("steps") or 0) < MIN_STEPS_SHARE * int(total))
+
+
 def counted_runs(export: dict, invocations) -> dict:
     """`export` without the runs that must not count, and their evaluations: a crashed job's run, the runs of an
-    invocation kept for its timings only, and every run of a recipe, seed and model but one. The one that counts:
+    invocation kept for its timings only, a run stopped before MIN_STEPS_SHARE of its steps, and every run of a
+    recipe, seed and model but one. The one that counts:
     a finished run over one stopped by a budget, then the most steps trained, then the latest started (a rerun
     replaces the run it repeats, say after the recipe changed; runs exported without a start time are the
     oldest)."""
@@ -227,7 +240,7 @@ def counted_runs(export: dict, invocations) -> dict:
     best = {}  # (recipe, seed, model) -> the run that counts for it
     for run in export["runs"]:
         key = (run["recipe"], run["seed"], run["model"])
-        if run["run_id"] not in dropped:
+        if run["run_id"] not in dropped and not stopped_too_short(run):
             rank = (not run.get("tags", {}).get(STOPPED_TAG), run.get("steps") or 0, run.get("started") or 0)
             if key not in best or rank >= best[key][0]:
                 best[key] = (rank, run["run_id"])
@@ -283,8 +296,9 @@ def render_readme(invocations: list[dict], counted_ids: set[str], suite=None) ->
                     for record in invocations for key, value in (record.get("versions") or {}).items()}
         lines.append("- Versions: " + ", ".join(versions) + ".")
     lines += ["", "## Invocations", "", "Runs in the table: those of the invocation's training runs that are in "
-              "`runs.json`; a crashed run never is, nor one a later run of its recipe and seed replaced (a rerun, or "
-              "one that trained more steps). `timings only`: an invocation kept for its timings (another budget, or "
+              "`runs.json`; a crashed run never is, nor one its time budget stopped before half its steps (it measured "
+              "another budget), nor one a later run of its recipe and seed replaced (a rerun, or one that trained more "
+              "steps). `timings only`: an invocation kept for its timings (another budget, or "
               "settings that change the speed), none of whose runs count.", "",
               *table_header("started", "command", "devices", "jobs per GPU", "wall time", "jobs", "runs in the table",
                             right_aligned=("jobs per GPU", "wall time"))]

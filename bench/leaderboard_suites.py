@@ -8,7 +8,7 @@ of the before → after table, the MLflow experiment and where --merge writes it
   starts between 5% and 50% on each (results/reasoning_gym/leaderboard.md gives the measured starts);
   GSM8K, MATH-500 and AIME24 stay as columns, evaluated as in the GSM8K section.
 - `reasoning-gym-open`: OPEN_SUITE_TASKS, reasoning-gym tasks with open answers (no answer is more than 10% of a
-  task's test problems), the same budget and eval sets; results/reasoning_gym_open/README.md.
+  task's test problems), the same budget and eval sets; results/reasoning_gym_open/candidates/README.md says why.
 """
 
 from __future__ import annotations

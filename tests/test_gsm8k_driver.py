@@ -35,7 +35,7 @@ from core.eval.generate import GenerationSpec, generate_responses
 from core.models import fetch
 from core.rollout.base import RolloutBackend, assemble_rollout, response_mask_from_ids
 from core.tracking.console import ConsoleLogger
-from core.tracking.run_export import load_export
+from core.tracking.run_export import TRAIN_REWARD_KEY, load_export
 from core.tracking.tracker import Tracking
 from core.trainer.base import BaseTrainer
 from tests.helpers_tokenizer import build_char_tokenizer
@@ -318,10 +318,12 @@ def test_a_job_is_not_started_with_less_time_left_than_a_finished_job_took(tmp_p
 
 
 def test_only_counted_runs_reach_the_table():
-    def run(run_id, recipe, seed, stopped=None, steps=8):
+    def run(run_id, recipe, seed, stopped=None, steps=8, total=None):
         tags = {"stopped_by_budget": stopped} if stopped else {}
-        return {"run_id": run_id, "recipe": recipe, "seed": seed, "model": "m", "tags": tags, "steps": steps}
+        return {"run_id": run_id, "recipe": recipe, "seed": seed, "model": "m", "tags": tags, "steps": steps,
+                "params": {"trainer.total_steps": total} if total else {}}
     export = {"runs": [run("crash", "grpo", 1), run("timing", "rloo", 1, "after step 1", 1),
+                       run("early", "gpg", 0, "after step 7 of 16", 7, 16), run("half", "opo", 0, "after 8 of 16", 8, 16),
                        run("old", "drgrpo", 0, "after step 3", 3), run("full", "drgrpo", 0),
                        run("short", "ppo", 1, "after step 5", 5), run("shorter", "ppo", 1, "after step 4", 4),
                        run("kept", "grpo", 2), run("before", "rloo", 0), run("rerun", "rloo", 0),
@@ -332,10 +334,10 @@ def test_only_counted_runs_reach_the_table():
                                               {"status": "done", "run_id": "full"}]},
                    {"counted": False, "jobs": [{"status": "stopped", "run_id": "timing"}]}]
     kept = report.counted_runs(export, invocations)
-    # crashed: out; timing-only: out with its eval; a stopped run finished by a rerun: out; of two stopped runs
-    # of one seed, the one that trained more steps: kept; of two finished runs, the later started (a run exported
-    # without a start time counts as the older).
-    assert [r["run_id"] for r in kept["runs"]] == ["full", "short", "kept", "rerun", "stamped"]
+    # crashed: out; timing-only: out with its eval; stopped before half its steps: out, at half: kept; a stopped
+    # run finished by a rerun: out; of two stopped runs of one seed, the one that trained more steps: kept; of two
+    # finished runs, the later started (a run exported without a start time counts as the older).
+    assert [r["run_id"] for r in kept["runs"]] == ["half", "full", "short", "kept", "rerun", "stamped"]
     assert [e["run_id"] for e in kept["evals"]] == ["e2"]
 
 
@@ -368,7 +370,7 @@ def test_gpu_time_is_split_among_the_processes_sharing_it():
 
 def test_a_rerun_skips_what_the_store_holds_and_a_crashed_pretrained_eval_is_discarded(tmp_path, monkeypatch):
     import mlflow
-    from mlflow.entities import Param
+    from mlflow.entities import Metric, Param
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri, model = (tmp_path / "mlruns").as_uri(), "pypi://SmolLM2-135M-Instruct"
@@ -379,18 +381,24 @@ def test_a_rerun_skips_what_the_store_holds_and_a_crashed_pretrained_eval_is_dis
         run = client.create_run(experiment, tags={"recipe": recipe, "seed": "0", "after_eval": status})
         client.log_batch(run.info.run_id, params=[Param("model.path", model)])
         client.set_terminated(run.info.run_id)
+    # rloo's run was stopped by its time budget after 1 step of 16: too short to count, so it is run again
+    run = client.create_run(experiment, tags={"recipe": "rloo", "seed": "0", "after_eval": "done",
+                                              "stopped_by_budget": "time: after step 1 of 16"})
+    client.log_batch(run.info.run_id, params=[Param("model.path", model), Param("trainer.total_steps", "16")],
+                     metrics=[Metric(TRAIN_REWARD_KEY, 0.1, 0, 1)])
+    client.set_terminated(run.info.run_id)
     started = time.time()
     before = client.create_run(experiment, tags={"eval_stage": "before", "eval_model": model})
     client.set_terminated(before.info.run_id)
 
     def jobs():
-        return driver.wanted_jobs(driver.parse_args(["--only", "grpo:0", "ppo:0", "--eval-before"]))
+        return driver.wanted_jobs(driver.parse_args(["--only", "grpo:0", "ppo:0", "rloo:0", "--eval-before"]))
 
     assert [job.status for job in report.jobs_to_run(jobs(), uri, report.EXPERIMENT, model)] == [
-        "skipped", "skipped", "queued"]
+        "skipped", "skipped", "queued", "queued"]
     assert report.discard_before_evals(uri, report.EXPERIMENT, started - 1) == 1
     assert [job.status for job in report.jobs_to_run(jobs(), uri, report.EXPERIMENT, model)] == [
-        "queued", "skipped", "queued"]
+        "queued", "skipped", "queued", "queued"]
 
 # ---- the driver end to end -------------------------------------------------------------------------------------
 
