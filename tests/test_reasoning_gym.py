@@ -4,7 +4,6 @@ line), the answer extraction, scoring by each task's own verifier, and the rewar
 from __future__ import annotations
 
 import json
-from collections import Counter
 
 import pytest
 
@@ -12,7 +11,14 @@ pytest.importorskip("reasoning_gym")
 
 from core.cli import main as recipezoo  # noqa: E402
 from core.data.dataset import read_rows  # noqa: E402
-from core.data.reasoning_gym import TaskError, constant_answer, parse_difficulty, write_suite  # noqa: E402
+from core.data.reasoning_gym import (  # noqa: E402
+    TaskError,
+    answer_in_question,
+    answer_in_question_share,
+    constant_answer,
+    parse_difficulty,
+    write_suite,
+)
 from core.reward.manager import RewardManager  # noqa: E402
 from core.reward.reasoning_gym import compute_score, extract_answer  # noqa: E402
 
@@ -88,14 +94,60 @@ def test_constant_answer_is_the_most_common_answers_share():
 
 def test_syllogism_answers_yes_in_66_of_100(tmp_path, capsys):
     """Counted by hand from the written test.parquet: syllogism at its defaults, seed 0, answers Yes 66 times."""
-    _, constant_answers = write_suite(["syllogism"], [], tmp_path, size=10, test_size=100, seed=0)
+    _, test_by_task = write_suite(["syllogism"], [], tmp_path, size=10, test_size=100, seed=0)
     answers = [json.loads(row["reward_model"]["ground_truth"])["answer"] for row in read_rows(tmp_path / "test.parquet")]
     assert answers.count("Yes") == 66 and answers.count("No") == 34
-    assert constant_answers == {"syllogism": Counter(Yes=66, No=34)}
+    assert constant_answer(test_by_task["syllogism"]) == ("Yes", 0.66)
     assert recipezoo(["data", "reasoning-gym", "--out", str(tmp_path / "cli"), "--tasks", "syllogism", "--size", "10",
                       "--test-size", "100", "--max-constant-share", "0.66"]) == 0  # at the limit: allowed
     last_line = capsys.readouterr().out.splitlines()[-1]
-    assert last_line == "syllogism: constant-answer share 0.66 (most common test answer 'Yes'); its 2 answers: Yes 66, No 34"
+    # every question ends "(Answer Yes or No)": the answer is always in it, and the constant share is the one to read
+    assert last_line == ("syllogism: constant-answer share 0.66 (most common test answer 'Yes'); answer in the question "
+                         "1.00; its 2 answers: Yes 66, No 34")
+
+
+def _rows_asking(*pairs) -> list[dict]:
+    return [{"reward_model": {"ground_truth": json.dumps({"question": question, "answer": answer})}}
+            for question, answer in pairs]
+
+
+@pytest.mark.parametrize("answer, question, found", [
+    ("4", "Calculate 8 - 4.", True),             # a full stop ends the token
+    ("4", "Calculate 14 - 10.", False),          # inside a longer number
+    ("4", "Simplify the fraction 4/9.", False),  # a fraction's numerator ...
+    ("4", "Simplify the fraction 1/4.", False),  # ... or denominator
+    ("4", "Round 4.5 down.", False),
+    (" 11/17 ", "Simplify the fraction 11/17 to its lowest terms.", True),
+    ("11/17", "Simplify the fraction 11/170.", False),
+    ("-3", "Solve x + 5 = 2: x = -3?", True),
+    ("-3", "Calculate 5-3.", False),
+    ("Yes", "Yesterday it rained.", False),
+    ("7 + 11", "Calculate 17 + 11.", False),
+    ("7 + 11", "Is it 7 + 11, or 11 + 7?", True),
+    ("", "Anything.", False),
+])
+def test_answer_in_question_is_a_whole_token(answer, question, found):
+    assert answer_in_question(answer, question) is found
+
+
+def test_answer_in_question_share_counts_rows():
+    rows = _rows_asking(("Simplify 2/9.", "2/9"), ("Simplify 4/18.", "2/9"), ("Add 4 and 10.", "14"),
+                        ("Add 10 and 14.", "24"), ("Is 14 > 4/9?", "4"))
+    assert answer_in_question_share(rows) == 0.2  # only the first row: 1 of 5
+
+
+def test_open_suite_fraction_simplification_copies_to_0_21(tmp_path, capsys):
+    """21 of the 100 test fractions the open suite draws are already in lowest terms: copying the question's
+    fraction scores 0.21, where its trained runs ended (0.18-0.21, results/reasoning_gym_open/leaderboard.md)."""
+    from bench.leaderboard_suites import OPEN_SUITE_TASKS, SUITE_SEED, SUITE_TEST_ROWS
+
+    settings = dict(OPEN_SUITE_TASKS)["fraction_simplification"]
+    assert recipezoo(["data", "reasoning-gym", "--out", str(tmp_path), "--tasks", "fraction_simplification",
+                      "--size", "1", "--test-size", str(SUITE_TEST_ROWS), "--seed", str(SUITE_SEED),
+                      "--difficulty", *[f"fraction_simplification.{setting}" for setting in settings]]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "fraction_simplification: constant-answer share 0.05 (most common test answer '1/1'); "
+        "answer in the question 0.21")
 
 
 def test_difficulty_values_are_yaml():
@@ -178,9 +230,8 @@ def test_open_suite_tasks_have_no_answer_above_a_tenth(tmp_path):
 
     suite = SUITES["reasoning-gym-open"]
     difficulty = [f"{task}.{setting}" for task, settings in suite.tasks for setting in settings]
-    _, constant_answers = write_suite([task for task, _ in suite.tasks], difficulty, tmp_path, size=1, test_size=100,
-                                      seed=0)
-    shares = [answers.most_common(1)[0][1] / answers.total() for answers in constant_answers.values()]
+    _, test_by_task = write_suite([task for task, _ in suite.tasks], difficulty, tmp_path, size=1, test_size=100, seed=0)
+    shares = [constant_answer(rows)[1] for rows in test_by_task.values()]
     assert max(shares) <= suite.max_constant_share == 0.1
 
 

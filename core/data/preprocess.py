@@ -218,13 +218,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"recipezoo data: {' and '.join(misplaced)} belong to `recipezoo data reasoning-gym`, not "
               f"{args.benchmark}", file=sys.stderr)
         return 2
-    notes = []  # reasoning-gym: each task's constant-answer share
+    notes = []  # reasoning-gym: each task's constant-answer and answer-in-the-question shares
     try:
         if suite:
             from core.data import reasoning_gym
 
-            written, constant_answers = reasoning_gym.write_suite_from_args(args)
-            notes = reasoning_gym.constant_answer_lines(constant_answers)
+            written, test_by_task = reasoning_gym.write_suite_from_args(args)
+            notes = reasoning_gym.answer_share_lines(test_by_task)
         else:
             written = preprocess(args.benchmark, args.out, local=args.local, split=args.split,
                                  instruction=args.instruction)

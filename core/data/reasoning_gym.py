@@ -10,10 +10,15 @@ task's own verifier reads (core/reward/reasoning_gym.py). `--difficulty TASK.KEY
 task's config dataclass (values read as YAML: `3`, `[+, -]`, `false`); the chosen settings are written into
 every row's extra_info, so a table can state them.
 
-After writing it prints each task's constant-answer share: the share of its test rows whose answer is the most
-common test answer, i.e. what always giving that one answer scores. A task with a tiny answer set (syllogism:
-Yes/No) can be "learnt" by RL as a constant; `--max-constant-share 0.1` refuses such a task before anything
-is written.
+After writing it prints two shortcut scores per task. The constant-answer share: the share of its test rows whose
+answer is the most common test answer, i.e. what always giving that one answer scores. A task with a tiny answer
+set (syllogism: Yes/No) can be "learnt" by RL as a constant; `--max-constant-share 0.1` refuses such a task
+before anything is written. The answer-in-the-question share: the share of its test rows whose answer stands in
+the question as a whole token (`answer_in_question`), i.e. what copying the right piece of the question can
+score. fraction_simplification at the open suite's settings gives 21 of its 100 test fractions already in lowest
+terms, so copying the question's fraction scores 0.21. A task that lists its options in the question (syllogism:
+"(Answer Yes or No)") gets 1.00 there, and its constant-answer share is the one to read. This share is only
+printed; nothing is refused on it.
 
 Generators come from `reasoning-gym` (`pip install reasoning-gym`; https://github.com/open-thought/reasoning-gym).
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -158,6 +164,27 @@ def constant_answer(test_rows: list[dict]) -> tuple[str, float]:
     return most_common_share(test_answers(test_rows))
 
 
+TOKEN_BEFORE = r"(?<![\w/.])"       # a letter, digit, '_', '/' or '.' right before: inside a longer token
+TOKEN_AFTER = r"(?!\w|[/.]\w)"      # one after, or a '/' or '.' that goes on into one ("4/9", "4.5", not "4.")
+
+
+def answer_in_question(answer: str, question: str) -> bool:
+    """Whether `answer` (stripped) stands verbatim in `question` as a whole token: the characters around it are not
+    letters, digits, '_', '/' or '.', except that a '/' or '.' after it with no letter or digit next (a sentence's
+    full stop) ends the token. So "4" is in "Calculate 8 - 4." but not in "14", "4/9", "1/4" or "4.5"; "11/17",
+    "-3", "Yes" and "7 + 11" are matched whole ("Yes" not in "Yesterday", "-3" not in "5-3"). Case counts, and an
+    empty answer is in no question. A "3" does match inside "-3": the sign is not part of the token."""
+    answer = answer.strip()
+    return bool(answer) and re.search(TOKEN_BEFORE + re.escape(answer) + TOKEN_AFTER, question) is not None
+
+
+def answer_in_question_share(test_rows: list[dict]) -> float:
+    """The share of `test_rows` whose answer (as `test_answers` counts it) stands in its question as a whole token:
+    what a policy that copies the right piece of the question scores."""
+    truths = [json.loads(row["reward_model"]["ground_truth"]) for row in test_rows]
+    return sum(answer_in_question(str(truth["answer"]), truth["question"]) for truth in truths) / len(truths)
+
+
 def refuse_constant_answer(task: str, answers: Counter, max_constant_share: float | None) -> None:
     """A TaskError naming the task's most common answer and its share when that share is above the limit."""
     answer, share = most_common_share(answers)
@@ -169,38 +196,39 @@ def refuse_constant_answer(task: str, answers: Counter, max_constant_share: floa
 
 def write_suite(tasks: list[str], difficulty: list[str], out_dir: str | Path, *, size: int, test_size: int,
                 seed: int, instruction: str = INSTRUCTION, max_constant_share: float | None = None,
-                ) -> tuple[list[tuple[Path, int]], dict[str, Counter]]:
+                ) -> tuple[list[tuple[Path, int]], dict[str, list[dict]]]:
     """Check everything, generate every task, then write train.parquet (interleaved) and test.parquet.
-    Returns ((path, rows) per file, {task: its test answers' counts})."""
+    Returns ((path, rows) per file, {task: its test rows})."""
     check_tasks(tasks, size, test_size, max_constant_share)
     settings = parse_difficulty(difficulty, tasks)
-    train, test, answers_by_task = [], [], {}
+    train, test_by_task = [], {}
     for task in tasks:
-        task_train, task_test = task_rows(task, settings[task], size, test_size, seed, instruction)
-        answers_by_task[task] = test_answers(task_test)
-        refuse_constant_answer(task, answers_by_task[task], max_constant_share)
+        task_train, test_by_task[task] = task_rows(task, settings[task], size, test_size, seed, instruction)
+        refuse_constant_answer(task, test_answers(test_by_task[task]), max_constant_share)
         train += task_train
-        test += task_test
     random.Random(seed).shuffle(train)  # each batch mixes the tasks
+    test = [row for rows in test_by_task.values() for row in rows]
     out = Path(out_dir)
     written = [(write_rows(rows, out / f"{split}.parquet"), len(rows)) for split, rows in (("train", train), ("test", test))]
-    return written, answers_by_task
+    return written, test_by_task
 
 
-def constant_answer_lines(answers_by_task: dict[str, Counter]) -> list[str]:
-    """One line per task for the command's output: its most common test answer and that answer's share, and each
-    answer's count where there are few (a task a constant can score on)."""
+def answer_share_lines(test_by_task: dict[str, list[dict]]) -> list[str]:
+    """One line per task for the command's output: its most common test answer and that answer's share, the
+    answer-in-the-question share, and each answer's count where there are few (a task a constant can score on)."""
     lines = []
-    for task, answers in answers_by_task.items():
+    for task, rows in test_by_task.items():
+        answers = test_answers(rows)
         answer, share = most_common_share(answers)
-        line = f"{task}: constant-answer share {share:.2f} (most common test answer {answer[:40]!r})"
+        line = (f"{task}: constant-answer share {share:.2f} (most common test answer {answer[:40]!r}); "
+                f"answer in the question {answer_in_question_share(rows):.2f}")
         if len(answers) <= SMALL_ANSWER_SET:
             line += f"; its {len(answers)} answers: " + ", ".join(f"{a[:40]} {n}" for a, n in answers.most_common())
         lines.append(line)
     return lines
 
 
-def write_suite_from_args(args) -> tuple[list[tuple[Path, int]], dict[str, Counter]]:
+def write_suite_from_args(args) -> tuple[list[tuple[Path, int]], dict[str, list[dict]]]:
     """`recipezoo data reasoning-gym ...`'s options (core/data/preprocess.py's parser) -> write_suite."""
     return write_suite(args.tasks or [], args.difficulty or [], args.out, size=args.size, test_size=args.test_size,
                        seed=args.seed, instruction=INSTRUCTION if args.instruction is None else args.instruction,
