@@ -173,10 +173,14 @@ def _sorted_runs(runs: list[dict]) -> list[dict]:
 def _export_run(client, run) -> dict:
     info, params, tags, metrics = run.info, run.data.params, run.data.tags, run.data.metrics
 
-    def history(key: str) -> list[list[float]]:
-        points = {int(m.step): float(m.value) for m in sorted(client.get_metric_history(info.run_id, key),
-                                                            key=lambda m: (m.step, m.timestamp))}
-        return [[step, points[step]] for step in sorted(points)]  # last logged value per step wins
+    def last_logged(key: str) -> dict:
+        """step -> the metric logged last at that step (a resumed run logs a step twice)."""
+        return {int(m.step): m for m in sorted(client.get_metric_history(info.run_id, key),
+                                               key=lambda m: (m.step, m.timestamp))}
+
+    def history(key: str, logged: dict | None = None) -> list[list[float]]:
+        points = last_logged(key) if logged is None else logged
+        return [[step, float(points[step].value)] for step in sorted(points)]
 
     histories = {key: history(key) for key in sorted(metrics)
                  if is_task_acc_key(key) or key in (TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY)}
@@ -186,7 +190,8 @@ def _export_run(client, run) -> dict:
     final.update({key: points[-1][1] for key, points in histories.items() if key in final and points})
     tokens = history(GENERATED_TOKENS_KEY) if GENERATED_TOKENS_KEY in metrics else []
     sampled = history(SAMPLED_TOKENS_KEY) if SAMPLED_TOKENS_KEY in metrics else None
-    step_times = history(STEP_TIME_KEY) if STEP_TIME_KEY in metrics else []
+    step_logged = last_logged(STEP_TIME_KEY) if STEP_TIME_KEY in metrics else {}
+    step_times = history(STEP_TIME_KEY, step_logged)
     stages = {key.removeprefix(STAGE_TIME_PREFIX): history(key) for key in sorted(metrics)
               if key.startswith(STAGE_TIME_PREFIX) and key != STEP_TIME_KEY}
     train_steps = histories[TRAIN_REWARD_KEY]
@@ -204,7 +209,7 @@ def _export_run(client, run) -> dict:
         "step_seconds": round(sum(v for _, v in step_times) / len(step_times), 3) if step_times else None,
         # The first step also pays one-time costs (kernel compilation, CUDA graphs, allocator growth).
         "steady_step_seconds": steady_seconds([v for _, v in step_times]),
-        **({"step_clock": _step_clock(client, info.run_id)} if step_times else {}),
+        **({"step_clock": _step_clock(step_logged)} if step_logged else {}),
         # Where a step's time goes (gen, old_log_prob, update_actor, ...): means over the steps, 0 s stages left out.
         "stage_seconds": {stage: round(sum(v for _, v in points) / len(points), 3)
                           for stage, points in stages.items() if points and any(v > 0 for _, v in points)},
@@ -216,15 +221,13 @@ def _export_run(client, run) -> dict:
     }
 
 
-def _step_clock(client, run_id: str) -> list[list[float]]:
-    """[[step, seconds]]: from the first step's start (its metrics' log time less its timing_s/step) to the log
-    time of each step's metrics, the wall-clock a schedule took to get there (model load and engine start left
-    out). A step logged twice (a resume) counts at its last log."""
-    logged = {int(m.step): (m.timestamp / 1000, float(m.value))
-              for m in sorted(client.get_metric_history(run_id, STEP_TIME_KEY), key=lambda m: (m.step, m.timestamp))}
-    first = min(logged)
-    start = logged[first][0] - logged[first][1]
-    return [[step, round(logged[step][0] - start, 3)] for step in sorted(logged)]
+def _step_clock(step_logged: dict) -> list[list[float]]:
+    """[[step, seconds]] from {step: its timing_s/step metric}: from the first step's start (its metric's log time
+    less its value) to the log time of each step's metric, the wall-clock a schedule took to get there (model load
+    and engine start left out)."""
+    first = min(step_logged)
+    start = step_logged[first].timestamp / 1000 - float(step_logged[first].value)
+    return [[step, round(step_logged[step].timestamp / 1000 - start, 3)] for step in sorted(step_logged)]
 
 
 def _logprob_diff(history, metrics: dict) -> dict | None:
