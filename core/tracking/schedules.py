@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError, model_slug
-from core.tracking.seed_stats import SeedStats, series_colors
+from core.tracking.seed_stats import SeedStats, mean_curve, series_colors
 from core.tracking.suite_rank import SUITE_MEAN, suite_columns, suite_stats
 
 SYNC, NO_CORRECTION, COLOCATED = "sync", "none", "colocated"
@@ -216,19 +216,11 @@ def write_schedule_plots(section, out: Path) -> list[Path]:
 
 def _mean_series(runs: list[dict]) -> tuple[list[float], list[float], list[float], list[float]]:
     """Steps, mean wall-clock seconds, mean and std of training reward over the runs that logged each step."""
-    import statistics
-
-    rewards: dict[int, list[float]] = {}
-    seconds: dict[int, list[float]] = {}
-    for run in runs:
-        for step, value in run["history"].get(TRAIN_REWARD_KEY) or []:
-            rewards.setdefault(int(step), []).append(value)
-        for step, value in run.get("step_clock") or []:
-            seconds.setdefault(int(step), []).append(value)
-    steps = sorted(rewards)
-    return (steps, [statistics.fmean(seconds[s]) if s in seconds else float("nan") for s in steps],
-            [statistics.fmean(rewards[s]) for s in steps],
-            [statistics.stdev(rewards[s]) if len(rewards[s]) > 1 else 0.0 for s in steps])
+    steps, means, stds = mean_curve([run["history"][TRAIN_REWARD_KEY] for run in runs
+                                     if run["history"].get(TRAIN_REWARD_KEY)])
+    clock_steps, clock_means, _ = mean_curve([run["step_clock"] for run in runs if run.get("step_clock")])
+    seconds = dict(zip(clock_steps, clock_means))
+    return steps, [seconds.get(step, float("nan")) for step in steps], means, stds
 
 
 def plot_schedule_curves(rows: list, path: Path, model: str) -> Path:
