@@ -109,13 +109,13 @@ def run_memory(config, model_path: str, ranks: int, device_bytes: float, *, with
                                   with_critic=with_critic, adapter_params=count_adapter_parameters(config, model_path))
 
 
-def check_fits(config, params: int, device_bytes: float, found: dict | None) -> None:
+def check_fits(config, params: int, device_bytes: float, found: dict) -> None:
     """One-line error when a GPU cannot hold the run: the engine's share against its weights, then each
-    phase's certain memory (`check_phases`; without the phases, the share is all there is to check)."""
+    phase's certain memory (`check_phases`), or for `run_memory`'s `state_only`, the state (`check_state`)."""
     check_engine_holds_weights(config, params, device_bytes)
-    if found is not None and "state_only" in found:
+    if "state_only" in found:
         check_state(found)
-    elif found is not None:
+    else:
         check_phases(config, found)
 
 

@@ -153,7 +153,7 @@ def memory_plan(config, world: int) -> dict:
             raise
         refusal = str(error)
     plan = {"params": params, "gpu_gib": round(device / GIB, 1), "assumed_gpu": not on_gpu, "refusal": refusal}
-    if found is None or "state_only" in found:
+    if "state_only" in found:
         return {**plan, "note": "phases estimated for Llama-style decoder configs only"}
     gib = lambda value: round(value / GIB, 1)  # noqa: E731
     parts = {phase: {name: gib(value) for name, value in named.items()}
