@@ -81,9 +81,8 @@ def load_run(path: Path, framework: str) -> dict:
     own = f" {versions[framework.lower()]}" if versions.get(framework.lower()) else ""
     run = {"label": f"{framework}{own}{engine}", "file": path.name, "device": report.get("device", "?"),
            "command": report.get("command", "?"), "config": report.get("config", {}),
-           # verl ran padded where its recorded config says so (--packing off), or where flash-attn was absent
-           "padded": setting(report.get("config", {}), "actor_rollout_ref.model.use_remove_padding") is False
-           or ("flash-attn" in versions and versions["flash-attn"] is None)}
+           # bench/verl_grpo_gpu.py records use_remove_padding=false for --packing off and where flash-attn is absent
+           "padded": setting(report.get("config", {}), "actor_rollout_ref.model.use_remove_padding") is False}
     peaks = report.get("peak_memory_gib") or []
     run["peak_memory_gib"] = max(peaks) if peaks else None
     steps = report.get("steps") or []
@@ -160,14 +159,14 @@ def verdicts(runs: list[dict]) -> list[str]:
 
 
 def padded_note(verl: dict) -> list[str]:
-    """Where verl ran without flash-attn, what that means for the ratios above."""
+    """Where verl ran without sequence packing, what that means for the ratios above."""
     if not verl["padded"]:
         return []
     mfu = f" (its own MFU figure for the update, `perf/mfu/actor`: {verl['update_mfu']:.1%})" if "update_mfu" in verl \
         else ""
-    return [f"- verl ran without flash-attn, so without sequence packing: padded micro-batches through PyTorch's "
-            f"SDPA{mfu}. That is not verl at its best (bench/README.md): the ratios above compare ours with this "
-            "verl, not with verl packing its sequences."]
+    return [f"- verl ran without sequence packing (no flash-attn, or `--packing off`): padded micro-batches through "
+            f"PyTorch's SDPA{mfu}. That is not verl at its best (bench/README.md): the ratios above compare ours with "
+            "this verl, not with verl packing its sequences."]
 
 
 def setting(config: dict, dotted: str):
@@ -241,7 +240,7 @@ def write_verl_plot(directory: Path) -> list[str]:
     for ax, (shape, runs) in zip(axes[:, 0], panels):
         verl = next(run for run in runs if run["label"].startswith("verl"))
         key = "rows" if "rows" in verl else "first_rows"
-        bars = [(run["label"] + ("\n(no flash-attn: padded)" if run["padded"] else ""), run[key])
+        bars = [(run["label"] + ("\n(padded: no sequence packing)" if run["padded"] else ""), run[key])
                 for run in reversed(runs) if key in run]
         stacked_barh(ax, bars, (*STAGES, "other"), fontsize=8)
         ax.set_xlabel("seconds per step" + ("" if key == "rows" else " (first steps: verl made no second)"))

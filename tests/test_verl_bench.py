@@ -125,10 +125,11 @@ def test_a_verl_run_without_flash_attn_qualifies_the_verdict_and_gives_its_mfu(s
     for n, metrics in enumerate(report["steps"]):
         metrics["perf/mfu/actor"] = (0.5, 0.02, 0.04)[n]  # step 1 (0.5) is left out of the median
     report["versions"]["flash-attn"] = None
+    report["config"]["actor_rollout_ref"]["model"]["use_remove_padding"] = False  # as verl_grpo_gpu.py records it
     write(synthetic_runs, "e2e_verl.json", report)
     grpo = "\n".join(verl_section(synthetic_runs)).split("One DAPO step")[0]
     assert "**1.40×** (target ≥ 1.25×: met, against verl without sequence packing)" in grpo
-    assert "verl ran without flash-attn" in grpo and "`perf/mfu/actor`: 3.0%" in grpo
+    assert "verl ran without sequence packing (no flash-attn" in grpo and "`perf/mfu/actor`: 3.0%" in grpo
 
 
 def test_a_verl_run_with_flash_attn_has_no_padding_note(synthetic_runs):
