@@ -99,6 +99,13 @@ class ScheduleRow:
             return None
         return interval[0] <= self.accuracy.mean <= interval[1]
 
+    @property
+    def claim_holds(self) -> bool | None:
+        """Same accuracy (within sync's interval) at >= CLAIMED_SPEEDUP× sync's speed (None: cannot tell)."""
+        if self.speedup is None or self.within_sync_interval is None:
+            return None
+        return self.within_sync_interval and self.speedup >= CLAIMED_SPEEDUP
+
 
 def run_wall_seconds(run: dict) -> float | None:
     """Seconds from the run's first step's start to its last step's log (None: exported without step_clock)."""
@@ -140,16 +147,15 @@ def claim_line(row: ScheduleRow, measure: str) -> str:
     """Whether `row` holds the claim against its sync row, with the numbers that decide it."""
     if row.sync is None:
         return f"- {row.recipe}: no sync row of {row.base} in this table to compare with."
-    if row.speedup is None or row.within_sync_interval is None:
+    if row.claim_holds is None:
         missing = "wall-clock (runs exported without step_clock)" if row.speedup is None else "a 95% interval (< 2 seeds)"
         return f"- {row.recipe} against {row.base}: cannot tell, no {missing}."
     low, high = row.sync.accuracy.interval
     same = "within" if row.within_sync_interval else "outside"
-    holds = row.within_sync_interval and row.speedup >= CLAIMED_SPEEDUP
     return (f"- {row.recipe} against {row.base}: {measure} {row.accuracy.mean:.3f}, {same} {row.base}'s 95% interval "
             f"[{low:.3f}, {high:.3f}]; {row.speedup:.2f}× the speed ({_wall_text(row.wall)} s{_on(row)} against "
             f"{_wall_text(row.sync.wall)} s{_on(row.sync)}): the claim (same accuracy, ≥ {CLAIMED_SPEEDUP}× less "
-            f"wall-clock per GPU) {'holds' if holds else 'does not hold'}.")
+            f"wall-clock per GPU) {'holds' if row.claim_holds else 'does not hold'}.")
 
 
 def _on(row: ScheduleRow) -> str:
@@ -190,9 +196,7 @@ def schedule_records(rows: list, columns: list) -> list[dict]:
              "accuracy": row.accuracy.record() if row.accuracy else None,
              "wall_seconds": row.wall.record() if row.wall else None,
              "speedup": None if row.speedup is None else round(row.speedup, 6),
-             "within_sync_interval": row.within_sync_interval,
-             "claim_holds": None if row.speedup is None or row.within_sync_interval is None
-             else bool(row.within_sync_interval and row.speedup >= CLAIMED_SPEEDUP)}
+             "within_sync_interval": row.within_sync_interval, "claim_holds": row.claim_holds}
             for row in schedule_rows(rows, columns)]
 
 
