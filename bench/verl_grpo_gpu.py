@@ -71,14 +71,14 @@ COMMON = [
 # 16384 is our `actor.micro_batch_tokens` at the grpo shape, so both frameworks get the same micro-batch size;
 # at dapo8b it is 3.2× the guide's floor (2 × (512 + 2048) = 5120); the padded run at this budget fit 2 H200s.
 SHAPES = {
-    "grpo": {"gpus": 1, "prompt": 384, "response": 512, "max_tokens": 16384, "overrides": [
+    "grpo": {"gpus": 1, "max_tokens": 16384, "overrides": [
         "data.train_batch_size=32", "data.max_prompt_length=384", "data.max_response_length=512",
         f"{ROLLOUT}.n=8", f"{ACTOR}.ppo_mini_batch_size=32",  # one optimizer step per rollout
         f"{ACTOR}.optim.weight_decay=0.0", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2",
         f"{ACTOR}.clip_ratio_c=3.0", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         f"{ROLLOUT}.gpu_memory_utilization=0.4",
     ]},
-    "dapo8b": {"gpus": 2, "prompt": 512, "response": 2048, "max_tokens": 16384, "overrides": [
+    "dapo8b": {"gpus": 2, "max_tokens": 16384, "overrides": [
         "data.train_batch_size=16", "data.max_prompt_length=512", "data.max_response_length=2048",
         f"{ROLLOUT}.n=16", f"{ACTOR}.ppo_mini_batch_size=8",  # two optimizer steps per rollout
         f"{ACTOR}.optim.weight_decay=0.01", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.28",

@@ -248,10 +248,9 @@ def test_verl_accepts_the_composed_config(shape, tmp_path):
 def test_token_budgets_meet_verls_floor_and_give_the_log_prob_pass_twice_the_update(shape):
     # verl's performance tuning guide: ppo_max_token_len_per_gpu >= 2 × (max prompt + max response length).
     update, log_prob = (int(o.split("=")[1]) for o in token_budgets(shape))
-    assert update >= 2 * (SHAPES[shape]["prompt"] + SHAPES[shape]["response"]) and log_prob == 2 * update
-    lengths = {o.split("=")[0]: int(o.split("=")[1]) for o in SHAPES[shape]["overrides"] if "max_" in o}
-    assert (lengths["data.max_prompt_length"], lengths["data.max_response_length"]) == \
-        (SHAPES[shape]["prompt"], SHAPES[shape]["response"])  # the budget's lengths are the run's
+    lengths = {o.split("=")[0]: int(o.split("=")[1]) for o in SHAPES[shape]["overrides"] if o.startswith("data.max_")}
+    assert update >= 2 * (lengths["data.max_prompt_length"] + lengths["data.max_response_length"])
+    assert log_prob == 2 * update
 
 
 def test_packing_follows_flash_attn_unless_forced(monkeypatch):
