@@ -209,7 +209,6 @@ def main(argv=None) -> int:
     report = {"framework": "verl", "shape": args.shape, "gpus": SHAPES[args.shape]["gpus"], "device": device_name(),
               "versions": versions(), "command": shlex.join(["python", "bench/verl_grpo_gpu.py", *sys.argv[1:]]),
               "overrides": overrides, "config": compose(overrides)}
-    report["packing"] = report["config"]["actor_rollout_ref"]["model"]["use_remove_padding"]
     report |= run_verl(overrides, out, args.timeout_s)
     (out / "verl.json").write_text(json.dumps(report, indent=1) + "\n")
     times = [f"{s['timing_s/step']:.2f}" for s in report["steps"]]
