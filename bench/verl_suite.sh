@@ -26,7 +26,7 @@ SELF=$(realpath "$0")
 cd "$(dirname "$0")/.." || exit
 ROOT=$PWD
 VENVS=${VENVS:-$HOME/.cache/recipezoo-bench}
-STEPS=${VERL_SUITE_STEPS:-4} SHAPES=" ${VERL_SUITE_SHAPES:-grpo dapo8b} " TIMEOUT=${VERL_SUITE_TIMEOUT:-1800}
+STEPS=4 SHAPES=" grpo dapo8b " TIMEOUT=${VERL_SUITE_TIMEOUT:-1800}
 PACKING=auto WHEELS="" RUNS=" ours trl ours024 verl " SIDE_BY_SIDE=0 MODE=run ARGS=("$@")
 while [ $# -gt 0 ]; do
     case "$1" in
