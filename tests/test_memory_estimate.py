@@ -142,6 +142,20 @@ def test_a_model_without_a_decoder_shape_still_has_its_state_checked():
     check_fits(cfg, 4 * 10**9, 79.2 * GIB, {**found, "state_only": state(2)})
 
 
+def test_a_lora_policy_without_a_decoder_shape_counts_its_adapters_not_a_full_finetune(monkeypatch):
+    from core.trainer.memory_estimate import ModelShape, count_adapter_parameters, run_memory
+
+    def no_shape(*args):
+        raise AttributeError("no intermediate_size")  # as a config that is not a Llama-style decoder's
+
+    monkeypatch.setattr(ModelShape, "from_pretrained", no_shape)
+    lora = phase_config(**{"actor.lora.rank": 16})
+    adapters = count_adapter_parameters(lora, "bench/configs/qwen3-8b")
+    _, found = run_memory(lora, "bench/configs/qwen3-8b", 1, 79.2 * GIB, with_reference=True, with_critic=False)
+    # bf16 base 2 B/param + 16 B per adapter parameter, as the phase model counts it; not 16 B/param + a reference.
+    assert found["state_only"] == 8_190_735_360 * 2 + adapters * 16
+
+
 def test_an_engine_kept_awake_holds_its_share_through_the_update():
     # rollout.free_cache_engine=false (the leaderboard's small-model jobs): the engine's 0.35 × 79.2 = 27.72 GiB share
     # stays allocated while the update runs; asleep (the default) it is not counted there.

@@ -97,16 +97,18 @@ def run_memory(config, model_path: str, ranks: int, device_bytes: float, *, with
     (no shape to count activations from), only its training state, engine share and runtime (`state_only`)."""
     model = config.model
     params = count_parameters(model_path, model.trust_remote_code, model.gguf_file)
+    adapter_params = count_adapter_parameters(config, model_path)
     try:
         shape = ModelShape.from_pretrained(model_path, model.trust_remote_code, model.gguf_file)
     except AttributeError:  # no activations to count; the state, the engine's share and the runtime still must fit
-        state = training_state(config, params, ranks, with_reference=with_reference, with_critic=with_critic)
+        state = training_state(config, params, ranks, with_reference=with_reference, with_critic=with_critic,
+                               adapter_params=adapter_params)
         colocated = OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated"
         engine = config.rollout.gpu_memory_utilization * device_bytes * (colocated and config.rollout.name in ENGINES)
         return params, {"state_only": sum(state.values()), "engine": engine, "runtime": RUNTIME_GIB * GIB,
                         "device": device_bytes}
     return params, per_gpu_memory(config, shape, params, ranks, device_bytes, with_reference=with_reference,
-                                  with_critic=with_critic, adapter_params=count_adapter_parameters(config, model_path))
+                                  with_critic=with_critic, adapter_params=adapter_params)
 
 
 def check_fits(config, params: int, device_bytes: float, found: dict) -> None:
