@@ -143,7 +143,8 @@ def folder_section(folder: Path, runs: list[dict]) -> list[str]:
 
 def typical_step(run: dict) -> dict:
     """The measured step of median length: what one step of this schedule looks like."""
-    steps = [s for s in run["timeline"]["steps"] if s["step"] in measured_steps(run)]
+    measured = measured_steps(run)
+    steps = [s for s in run["timeline"]["steps"] if s["step"] in measured]
     return sorted(steps, key=lambda s: s["end"] - s["start"])[(len(steps) - 1) // 2]
 
 
@@ -173,10 +174,11 @@ def plot(folders: dict[Path, list[dict]], out: Path) -> None:
     panels = [(folder, run) for folder, runs in folders.items() for run in runs]
     figure, axes = plt.subplots(len(panels), 1, figsize=(10, 1.2 + 1.1 * sum(
         len(run["timeline"]["devices"]) for _, run in panels)), squeeze=False)
+    # One time scale per folder, so that its schedules' steps compare by length.
+    widths = {folder: max(step["end"] - step["start"] for step in map(typical_step, runs))
+              for folder, runs in folders.items()}
     for axis, (folder, run) in zip(axes[:, 0], panels):
-        # One time scale per folder, so that its schedules' steps compare by length.
-        width = max(typical_step(other)["end"] - typical_step(other)["start"] for other in folders[folder])
-        draw_step(axis, run, width)
+        draw_step(axis, run, widths[folder])
         axis.set_title(f"{folder.name} · {axis.get_title()}", fontsize=9)
     axes[-1, 0].set_xlabel("seconds since the step started (on each device: training above, rollout below)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in STAGE_COLORS.values()]
