@@ -38,15 +38,10 @@ def packed_inputs(lengths, dtype: torch.dtype, device, seed: int = 0) -> tuple[t
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """Causal attention of each sequence alone (SDPA, grouped-query), put back in the packed layout (T, H, D)."""
-    bounds = offsets.tolist()
-    parts = []
-    for start, end in zip(bounds[:-1], bounds[1:]):
-        # SDPA wants (1, H, L, D); the KV heads are shared by HEADS_Q / HEADS_KV query heads each.
-        qs, ks, vs = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=ks.shape[1] != qs.shape[1])
-        parts.append(out[0].transpose(0, 1))
-    return torch.cat(parts)
+    """Causal attention of each sequence alone (the trainer's own CPU path), in the packed layout (T, H, D)."""
+    from core.engine.packing import per_sequence_attention
+
+    return per_sequence_attention(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)), offsets)[0]
 
 
 def outputs_and_grads(attention, q, k, v, grad_out) -> list[torch.Tensor]:

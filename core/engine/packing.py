@@ -135,13 +135,19 @@ def varlen_attention(module, query, key, value, attention_mask, scaling=None, dr
         max_len = int(kwargs["max_length_q"])
         out = kernel(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scaling, **causal)
         return out.unsqueeze(0), None
+    return per_sequence_attention(query, key, value, cu_seqlens, scaling), None
+
+
+def per_sequence_attention(query, key, value, cu_seqlens, scaling=None) -> torch.Tensor:
+    """Causal SDPA of each packed sequence alone: (1, H, T, D) inputs (grouped-query KV heads allowed), the
+    (1, T, H, D) output the varlen kernel gives; the reference the kernel is checked against."""
     bounds = cu_seqlens.tolist()
     parts = [
         F.scaled_dot_product_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], is_causal=True,
                                        scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
         for s, e in zip(bounds[:-1], bounds[1:])
     ]
-    return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+    return torch.cat(parts, dim=2).transpose(1, 2).contiguous()
 
 
 def register_varlen_attention() -> str:
