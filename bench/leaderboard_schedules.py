@@ -23,7 +23,7 @@ def add_schedule_args(parser) -> None:
     schedules = parser.add_argument_group("schedules (trainer.schedule; core/trainer/schedule.py)")
     schedules.add_argument("--schedule", nargs="+", default=[SYNC], choices=list(SCHEDULE_NAMES),
                            help="train every recipe × seed under each; rows <recipe>-<schedule>, sync's plain <recipe>")
-    schedules.add_argument("--rollout-correction", nargs="+", default=["none"], choices=list(CORRECTIONS),
+    schedules.add_argument("--rollout-correction", nargs="+", default=[NO_CORRECTION], choices=list(CORRECTIONS),
                            help="off-policy rows with each algorithm.rollout_correction.mode (sync rows: none)")
     schedules.add_argument("--max-staleness", type=int, default=None, help="async rows: trainer.max_staleness")
     schedules.add_argument("--partial-rollout", action="store_true", help="async rows: trainer.partial_rollout=true")
@@ -45,7 +45,7 @@ def check_placement_flags(args, parser) -> None:
         parser.error(f"--gpus-per-job {args.gpus_per_job} with --placement colocated: a colocated job runs on one GPU "
                      "(trainer.controller=local); pass --placement disaggregated to give jobs several")
     off_policy = [schedule for schedule in args.schedule if schedule != SYNC]
-    if not off_policy and (args.rollout_correction != ["none"] or args.placement != "colocated"):
+    if not off_policy and (args.rollout_correction != [NO_CORRECTION] or args.placement != "colocated"):
         parser.error("--rollout-correction and --placement apply to off-policy rows: add --schedule one_step_off or "
                      "async (sync rows are the plain recipe, the baseline)")
     if "async" not in args.schedule and (args.max_staleness is not None or args.partial_rollout):
