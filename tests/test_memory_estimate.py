@@ -156,6 +156,18 @@ def test_a_lora_policy_without_a_decoder_shape_counts_its_adapters_not_a_full_fi
     assert found["state_only"] == 8_190_735_360 * 2 + adapters * 16
 
 
+def test_without_a_decoder_shape_the_hf_engine_still_holds_its_fp32_copy(monkeypatch):
+    from core.trainer.memory_estimate import ModelShape, run_memory
+
+    def no_shape(*args):
+        raise AttributeError("no intermediate_size")
+
+    monkeypatch.setattr(ModelShape, "from_pretrained", no_shape)
+    _, found = run_memory(phase_config(**{"rollout.name": "hf"}), "bench/configs/qwen3-8b", 2, 79.2 * GIB,
+                          with_reference=False, with_critic=False)
+    assert found["engine"] == 8_190_735_360 * 4  # as `per_gpu_memory` counts the HF backend's policy copy
+
+
 def test_an_engine_kept_awake_holds_its_share_through_the_update():
     # rollout.free_cache_engine=false (the leaderboard's small-model jobs): the engine's 0.35 × 79.2 = 27.72 GiB share
     # stays allocated while the update runs; asleep (the default) it is not counted there.

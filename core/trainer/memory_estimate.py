@@ -77,12 +77,26 @@ def training_state(config, params: int, ranks: int, *, with_reference: bool, wit
     return {kind: value * on_gpu / max(ranks, 1) for kind, value in state.items()}
 
 
-def check_engine_holds_weights(config, params: int, device_bytes: float) -> None:
+def engine_share(config, params: int, device_bytes: float) -> tuple[float, float]:
+    """Bytes per GPU of the rollout engine while it generates and of the weights it holds first: vLLM and
+    SGLang take `gpu_memory_utilization` of the device, their bf16 weights split over
+    `rollout.tensor_model_parallel_size`; the HF backend holds a whole fp32 copy of the policy."""
     rollout = config.rollout
     if rollout.name not in ENGINES:
+        return params * 4, params * 4
+    return (rollout.gpu_memory_utilization * device_bytes,
+            params * ROLLOUT_BYTES_PER_PARAM / rollout.tensor_model_parallel_size)
+
+
+def engine_on_training_gpus(config) -> bool:
+    """The engine shares the training GPUs, unless `trainer.placement=disaggregated` gives it GPUs of its own."""
+    return OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated"
+
+
+def check_engine_holds_weights(config, params: int, device_bytes: float) -> None:
+    if config.rollout.name not in ENGINES:
         return
-    share = rollout.gpu_memory_utilization * device_bytes
-    weights = params * ROLLOUT_BYTES_PER_PARAM / rollout.tensor_model_parallel_size
+    share, weights = engine_share(config, params, device_bytes)
     if weights >= share:
         raise ValueError(
             f"rollout.gpu_memory_utilization gives the engine {share / GIB:.1f} GiB per GPU but its bf16 weights "
@@ -103,8 +117,7 @@ def run_memory(config, model_path: str, ranks: int, device_bytes: float, *, with
     except AttributeError:  # no activations to count; the state, the engine's share and the runtime still must fit
         state = training_state(config, params, ranks, with_reference=with_reference, with_critic=with_critic,
                                adapter_params=adapter_params)
-        colocated = OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated"
-        engine = config.rollout.gpu_memory_utilization * device_bytes * (colocated and config.rollout.name in ENGINES)
+        engine = engine_share(config, params, device_bytes)[0] * engine_on_training_gpus(config)
         return params, {"state_only": sum(state.values()), "engine": engine, "runtime": RUNTIME_GIB * GIB,
                         "device": device_bytes}
     return params, per_gpu_memory(config, shape, params, ranks, device_bytes, with_reference=with_reference,
@@ -255,12 +268,10 @@ def gathered_bytes(shape: ModelShape, param_bytes: int = 2) -> dict[str, float]:
 def rollout_bytes(config, shape: ModelShape, params: int, device_bytes: float) -> dict[str, float]:
     """The engine's share while it generates: `gpu_memory_utilization` of the device, of which its bf16
     weights (split over `rollout.tensor_model_parallel_size`) come first and the rest bounds the KV cache."""
-    rollout = config.rollout
-    if rollout.name not in ENGINES:
-        return {"share": params * 4, "weights": params * 4, "kv_cache": 0.0, "kv_tokens_per_engine": 0.0}
-    tp = rollout.tensor_model_parallel_size
-    share = rollout.gpu_memory_utilization * device_bytes
-    weights = params * ROLLOUT_BYTES_PER_PARAM / tp
+    share, weights = engine_share(config, params, device_bytes)
+    if config.rollout.name not in ENGINES:
+        return {"share": share, "weights": weights, "kv_cache": 0.0, "kv_tokens_per_engine": 0.0}
+    tp = config.rollout.tensor_model_parallel_size
     kv_per_token_per_gpu = 2 * shape.layers * shape.kv_width * ACTIVATION_BYTES / tp  # K and V, bf16
     kv_cache = max(share - weights, 0.0)
     return {"share": share, "weights": weights, "kv_cache": kv_cache,
@@ -285,8 +296,7 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
                                    chunk_tokens=actor.logprob_chunk_tokens)
     rollout = rollout_bytes(config, shape, params, device_bytes)
     runtime = RUNTIME_GIB * GIB
-    colocated = OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated"
-    engine = rollout["share"] * colocated
+    engine = rollout["share"] * engine_on_training_gpus(config)
     # rollout.free_cache_engine=false keeps the engine awake through the update: its share stays beside the state.
     awake = engine * (not OmegaConf.select(config, "rollout.free_cache_engine", default=True))
     generation = sum(state.values()) - state["grads"] + engine + runtime
