@@ -97,7 +97,7 @@ verl_packing() {  # on or off: what verl runs with, after flash-attn is installe
     if ! "$VERL_PY" -c "import flash_attn" 2>/dev/null && [ -n "$WHEELS" ]; then
         bash bench/build_flash_attn.sh --python "$VERL_PY" --wheel-dir "$WHEELS" >&2
     fi
-    if CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} "$VERL_PY" bench/flash_attn_check.py >&2; then echo on; return; fi
+    if CUDA_VISIBLE_DEVICES=${VISIBLE[0]} "$VERL_PY" bench/flash_attn_check.py >&2; then echo on; return; fi
     [ "$PACKING" = on ] && { echo "== --packing on, but flash-attn is missing or failed its check: verl not run" >&2; return 1; }
     echo "== flash-attn missing or failed its check: verl runs padded (not at its best)" >&2
     echo off
@@ -105,10 +105,11 @@ verl_packing() {  # on or off: what verl runs with, after flash-attn is installe
 
 source bench/gpu_inputs.sh  # random_model, gsm8k_train512: made once under BENCH_WORK, as perf_e2e_suite.sh does
 NEXT_GPU=0
+IFS=, read -ra VISIBLE <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 63)}"  # the GPUs the caller gave us, in order
 alloc() {  # alloc N: DEVICES = the next N GPUs under --side-by-side (each column its own), else the first N
     local first=$(( SIDE_BY_SIDE ? NEXT_GPU : 0 ))
     NEXT_GPU=$(( first + $1 ))
-    DEVICES=$(seq -s, "$first" $(( first + $1 - 1 )))
+    DEVICES=$(IFS=,; echo "${VISIBLE[*]:first:$1}")
 }
 launch() {  # launch N NAME CMD...: CMD on N GPUs; under --side-by-side in the background, beside the others
     alloc "$1"
