@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -101,11 +102,11 @@ def test_disaggregated_jobs_take_idle_gpus_and_hold_them():
 
 # ---- the export's clock and the schedule table, by hand ----------------------------------------------------------
 
-def test_the_export_clocks_each_step_from_the_first_step_s_start(tmp_path):
+def test_the_export_clocks_each_step_from_the_first_step_s_start(tmp_path, monkeypatch):
     import mlflow
     from mlflow.entities import Metric, Param
 
-    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     client = mlflow.MlflowClient(tmp_path.as_uri())
     run = client.create_run(client.create_experiment("e"), tags={"recipe": "grpo-one_step_off"})
     # Step 1 took 4 s and was logged at t = 10 s: the first step started at 6 s. Step 2 logged at 15 s: 9 s in.
@@ -155,7 +156,7 @@ def test_speed_up_and_the_sync_interval_by_hand(tmp_path):
             "wall-clock per GPU) holds.") in markdown
     assert "- grpo-one_step_off-tis against grpo: openai/gsm8k mean@1 (strict) 0.310, outside" in markdown
     assert markdown.count("does not hold") == 1
-    records = __import__("json").loads(render_json(build_leaderboard(schedule_export()), "runs.json"))
+    records = json.loads(render_json(build_leaderboard(schedule_export()), "runs.json"))
     claims = {entry["recipe"]: entry["claim_holds"] for entry in records["before_after"]["schedules"][train_run(
         "grpo", 0)["model"]]}
     assert claims == {"grpo": None, "grpo-one_step_off": True, "grpo-one_step_off-tis": False}
@@ -172,7 +173,7 @@ def test_one_schedule_adds_nothing_to_the_section():
     export["evals"] = [e for e in export["evals"] if e["recipe"] in (None, "grpo")]
     section = build_leaderboard(export).before_after
     assert schedule_rows(section.rows, section.columns) == [] and write_schedule_plots(section, Path("/nowhere")) == []
-    assert "schedules" not in __import__("json").loads(render_json(build_leaderboard(export), "x"))["before_after"]
+    assert "schedules" not in json.loads(render_json(build_leaderboard(export), "x"))["before_after"]
 
 
 # ---- the driver end to end ----------------------------------------------------------------------------------------
