@@ -337,7 +337,7 @@ def phase_parts(config, found: dict) -> dict[str, dict[str, float]]:
                   "CUDA runtime": found["runtime"]}
     update = {"training state": sum(state.values()), "gathered weights": sum(found["gathered"].values()),
               f"activations of {found['micro_batch_tokens']} tokens": sum(found["activations"].values()),
-              f"{engine}, awake (rollout.free_cache_engine=false)": found.get("engine_awake", 0.0),
+              f"{engine}, awake (rollout.free_cache_engine=false)": found["engine_awake"],
               "CUDA runtime": found["runtime"]}
     return {"generation": {name: value for name, value in generation.items() if value or name != engine},
             "update": {name: value for name, value in update.items() if value or "awake" not in name}}
