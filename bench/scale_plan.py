@@ -27,7 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_suite import ROOT, ensure_data, model_dir, run_overrides, script_plan  # noqa: E402 (puts the repo root on sys.path)
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
-from core.trainer.memory_estimate import PEAK_TARGET  # noqa: E402
+from core.trainer.memory_estimate import (  # noqa: E402
+    GIB,
+    PEAK_TARGET,
+    ModelShape,
+    count_adapter_parameters,
+    count_parameters,
+    engine_share_within,
+    micro_batch_tokens_within,
+    per_gpu_memory,
+)
 
 # GiB as nvidia-smi's memory.total gives them, the measured peaks' denominator (vLLM's share is of CUDA's
 # total, 0.4% less on an H200: 0.2 GiB at a share of 0.35).
@@ -51,16 +60,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def memory_by_device(config, model: Path, world: int, prompt_tokens: float) -> dict[str, dict]:
     """`per_gpu_memory` for each of DEVICES, in GiB, with the peak's share of the device and the settings
     that would bring each phase within PEAK_TARGET."""
-    from core.trainer.memory_estimate import (
-        GIB,
-        ModelShape,
-        count_adapter_parameters,
-        count_parameters,
-        engine_share_within,
-        micro_batch_tokens_within,
-        per_gpu_memory,
-    )
-
     shape = ModelShape.from_pretrained(str(model), config.model.trust_remote_code)
     params = count_parameters(str(model), config.model.trust_remote_code)
     options = dict(with_reference=bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward),
@@ -86,8 +85,6 @@ def memory_by_device(config, model: Path, world: int, prompt_tokens: float) -> d
 
 
 def _gib(parts: dict[str, float]) -> dict[str, float]:
-    from core.trainer.memory_estimate import GIB
-
     return {key: round(value / GIB, 2) for key, value in parts.items()}
 
 
