@@ -50,7 +50,7 @@ from core.tracking.run_export import (
     LeaderboardError,
     check_unique_seeds,
     is_task_acc_key,
-    model_slug,
+    per_model_paths,
 )
 from core.tracking.schedules import write_schedule_plots
 from core.tracking.seed_stats import SeedStats, plot_seed_curves
@@ -227,10 +227,7 @@ PRETRAINED_PLOT = "gsm8k_leaderboard/curves.png"  # the pretrained-model section
 def pretrained_plots(section: BeforeAfter) -> dict[str, str]:
     """Each pretrained model's curves, under the out dir: one figure per model, as the rows of different
     models are never compared (and one legend of every model's rows would hide the curves)."""
-    models = sorted({row.model for row in section.rows})
-    if len(models) == 1:
-        return {models[0]: PRETRAINED_PLOT}
-    return {model: PRETRAINED_PLOT.replace(".png", f"_{model_slug(model)}.png") for model in models}
+    return per_model_paths(PRETRAINED_PLOT, sorted({row.model for row in section.rows}))
 
 
 SUITE_CURVE_KEY = "val/suite mean"

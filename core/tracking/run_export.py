@@ -285,6 +285,14 @@ def model_slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", model.split("://")[-1]).strip("-").lower()
 
 
+def per_model_paths(path: str, models: list[str]) -> dict[str, str]:
+    """model -> its figure's path: `path` itself for a single model, else `path` with `_<model_slug>` before
+    `.png`, one figure per model (rows of different models are never compared)."""
+    if len(models) == 1:
+        return {models[0]: path}
+    return {model: path.replace(".png", f"_{model_slug(model)}.png") for model in models}
+
+
 def merge_exports(exports: list[dict]) -> dict:
     """Several exports (e.g. the tiny-task baselines and a GPU run's) as one: their runs and evals
     together, the experiment named as a comma-separated list. A run two of them hold (the same MLflow run

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError, model_slug
-from core.tracking.seed_stats import SeedStats, mean_curve, series_colors
+from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError, per_model_paths
+from core.tracking.seed_stats import WALL_CLOCK, SeedStats, plot_seed_curves
 from core.tracking.suite_rank import SUITE_MEAN, suite_columns, suite_stats
 
 SYNC, NO_CORRECTION, COLOCATED = "sync", "none", "colocated"
@@ -205,9 +205,8 @@ def schedule_plots(section) -> dict[str, str]:
     models = sorted({row.model for row in section.rows})
     several = [model for model in models if schedule_rows([r for r in section.rows if r.model == model],
                                                           section.columns)]
-    if len(models) == 1:
-        return {model: SCHEDULE_PLOT for model in several}
-    return {model: SCHEDULE_PLOT.replace(".png", f"_{model_slug(model)}.png") for model in several}
+    paths = per_model_paths(SCHEDULE_PLOT, models)
+    return {model: paths[model] for model in several}
 
 
 def write_schedule_plots(section, out: Path) -> list[Path]:
@@ -218,37 +217,10 @@ def write_schedule_plots(section, out: Path) -> list[Path]:
             for model, path in schedule_plots(section).items()]
 
 
-def _mean_series(runs: list[dict]) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Steps, mean wall-clock seconds, mean and std of training reward over the runs that logged each step."""
-    steps, means, stds = mean_curve([run["history"][TRAIN_REWARD_KEY] for run in runs
-                                     if run["history"].get(TRAIN_REWARD_KEY)])
-    clock_steps, clock_means, _ = mean_curve([run["step_clock"] for run in runs if run.get("step_clock")])
-    seconds = dict(zip(clock_steps, clock_means))
-    return steps, [seconds.get(step, float("nan")) for step in steps], means, stds
-
-
 def plot_schedule_curves(rows: list, path: Path, model: str) -> Path:
     """Training reward against step and against wall-clock seconds, one line per row: the mean over its seeds
-    (at each step, x the seeds' mean seconds), shaded ±1 std. No date metadata: the same runs, the same bytes."""
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(11, 4.2), layout="constrained")
-    by_step, by_clock = figure.subplots(1, 2)
-    for row, color in zip(rows, series_colors(len(rows))):
-        steps, seconds, means, stds = _mean_series([member.train_run for member in row.runs])
-        label = f"{row.recipe} (n={len(row.runs)})"
-        for axes, xs in ((by_step, steps), (by_clock, seconds)):
-            axes.plot(xs, means, label=label, color=color, marker="o" if len(steps) < 20 else None, markersize=3)
-            axes.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
-                              color=color, alpha=0.15, linewidth=0)
-    for axes, xlabel in ((by_step, "step"), (by_clock, "seconds since the first step's start")):
-        axes.set_xlabel(xlabel)
-        axes.set_ylabel(TRAIN_REWARD_KEY)
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize=7)
-    by_step.set_title("training reward vs step", fontsize=9)
-    by_clock.set_title("training reward vs wall-clock", fontsize=9)
-    figure.suptitle(f"{model}: schedules, mean over seeds, shaded ±1 std", fontsize=9)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100, format="png", metadata={"Software": None})
-    return path
+    (at each step, x the seeds' mean seconds), shaded ±1 std."""
+    series = [(f"{row.recipe} (n={len(row.runs)})", [member.train_run for member in row.runs]) for row in rows]
+    panels = [(TRAIN_REWARD_KEY, "training reward vs step"),
+              (TRAIN_REWARD_KEY, "training reward vs wall-clock", WALL_CLOCK)]
+    return plot_seed_curves(series, panels, path, title=f"{model}: schedules, mean over seeds, shaded ±1 std")

@@ -84,29 +84,36 @@ def mean_curve(histories: list[list[list[float]]]) -> tuple[list[float], list[fl
     return steps, means, stds
 
 
-def plot_seed_curves(series: list[tuple[str, list[dict]]], panels: list[tuple[str, str]], path: Path,
+WALL_CLOCK = "wall-clock"  # a panel's third item: x is each step's mean `step_clock` seconds, not the step
+
+
+def plot_seed_curves(series: list[tuple[str, list[dict]]], panels: list[tuple[str, ...]], path: Path,
                      title: str = "mean over seeds, shaded ±1 std") -> Path:
-    """One panel per (metric key, panel title); in each, one line per (label, runs): the mean over the
-    runs' histories of that key, with a ±1 std band. Written without date metadata, so the same runs
-    give the same bytes."""
+    """One panel per (metric key, panel title[, WALL_CLOCK]); in each, one line per (label, runs): the mean over
+    the runs' histories of that key, with a ±1 std band, against step (or, with WALL_CLOCK, against the seeds'
+    mean seconds since their first step started). Written without date metadata, so the same runs give the
+    same bytes."""
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend (Agg via savefig)
     from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
     colors = series_colors(len(series))
-    for axes, (key, panel_title) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels):
+    for axes, (key, panel_title, *x_axis) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels):
+        against_clock = x_axis == [WALL_CLOCK]
         for (label, runs), color in zip(series, colors):
             histories = [run["history"].get(key) for run in runs if run["history"].get(key)]
             if not histories:
                 continue
             steps, means, stds = mean_curve(histories)
-            axes.plot(steps, means, label=label, color=color, marker="o" if len(steps) < 20 else None, markersize=3)
-            axes.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+            xs = clock_seconds(runs, steps) if against_clock else steps
+            axes.plot(xs, means, label=label, color=color, marker="o" if len(steps) < 20 else None, markersize=3)
+            axes.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                               color=color, alpha=0.15, linewidth=0)
         axes.set_title(panel_title, fontsize=9)
         axes.set_ylabel(key)
-        axes.set_xlabel("step")
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_xlabel("seconds since the first step's start" if against_clock else "step")
+        if not against_clock:
+            axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.grid(alpha=0.3)
         if axes.lines:
             axes.legend(fontsize=7, ncol=2 if len(axes.lines) > 8 else 1)
@@ -114,6 +121,13 @@ def plot_seed_curves(series: list[tuple[str, list[dict]]], panels: list[tuple[st
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100, format="png", metadata={"Software": None})
     return path
+
+
+def clock_seconds(runs: list[dict], steps: list) -> list[float]:
+    """Each step's wall-clock seconds, the mean over the runs' `step_clock` (nan where none logged it)."""
+    clock_steps, clock_means, _ = mean_curve([run["step_clock"] for run in runs if run.get("step_clock")])
+    seconds = dict(zip(clock_steps, clock_means))
+    return [seconds.get(step, float("nan")) for step in steps]
 
 
 def series_colors(count: int) -> list:
