@@ -2,7 +2,10 @@
 `one_step_off` on all its GPUs (colocated: each GPU holds a training rank and its rollout engine), then
 `async` with partial rollouts, disaggregated, at each rollout+train GPU split.
 
-    bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 1+1 --prompts 64 --steps 6 --out results/async/2gpu
+    bash bench/async_suite.sh [--model M] [--splits 1+1 ...] [--prompts P] [--steps S] --out DIR
+
+(the commands for 2 and 4 H200s: bench/async_suite.sh's header, and results/async/README.md from GPU_COMMANDS in
+bench/async_report.py).
 
 `--model tiny` (the default) runs the embedded tiny model and arithmetic task (recipes/grpo/run_tiny.sh, hf
 rollout, CPU is enough); any other model runs recipes/grpo/run_qwen3_8b.sh (vLLM) with `model.path` set to it: a
