@@ -21,7 +21,7 @@ from core.data.batch import Batch
 from core.models.loading import load_tokenizer
 from core.models.random_init import build_causal_lm
 from core.rollout.base import SamplingParams, concat_rollouts
-from core.trainer.ray_controller import ACTOR, RayWorkerGroup, contiguous_parts, kill_and_wait, owned, rank_seeded
+from core.trainer.ray_controller import ACTOR, RayWorkerGroup, contiguous_parts, kill_and_wait, rank_seeded
 from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
 from core.trainer.workers import build_rollout
@@ -95,7 +95,7 @@ class DisaggregatedGroup(RayWorkerGroup):
         """Contiguous parts of the prompts, one per rollout worker; worker r samples with seed + r."""
         workers = self.live_workers(ROLLOUT)
         parts = contiguous_parts(prompts, len(workers))
-        refs = [worker.generate.remote(owned(part), rank_seeded(params, rank))
+        refs = [worker.generate.remote(part, rank_seeded(params, rank))
                 for rank, (worker, part) in enumerate(zip(workers, parts)) if len(part)]
         return concat_rollouts(self._gather(ROLLOUT, refs), self.pad_token_id)
 

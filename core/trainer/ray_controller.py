@@ -152,7 +152,7 @@ class RayWorkerGroup:
     # ---- the worker interface ---------------------------------------------------------------
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         parts = contiguous_parts(prompts, self.num_workers)
-        refs = [worker.call.remote(ACTOR, "generate", owned(part), rank_seeded(params, rank))
+        refs = [worker.call.remote(ACTOR, "generate", part, rank_seeded(params, rank))
                 for rank, (worker, part) in enumerate(zip(self.live_workers(ACTOR), parts)) if len(part)]
         return concat_rollouts(self._gather(ACTOR, refs), self.pad_token_id)
 
@@ -279,10 +279,11 @@ def check_cluster_fits(config, num_workers: int, gpus: int) -> None:
 
 
 def contiguous_parts(batch: Batch, n: int) -> list[Batch]:
-    """n contiguous parts as equal as possible (validation batches need not divide evenly)."""
+    """n contiguous parts as equal as possible (validation batches need not divide evenly), each `owned`: one
+    per worker, to be shipped."""
     sizes = [len(batch) // n + (rank < len(batch) % n) for rank in range(n)]
     starts = [sum(sizes[:rank]) for rank in range(n)]
-    return [batch.select(slice(start, start + size)) for start, size in zip(starts, sizes)]
+    return [owned(batch.select(slice(start, start + size))) for start, size in zip(starts, sizes)]
 
 
 def owned(part: Batch) -> Batch:
