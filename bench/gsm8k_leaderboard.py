@@ -114,6 +114,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
                         f"started with less time left than this, so that it trains every step (default: --reserve-s "
                         f"+ {MIN_TRAIN_S}, enough for one step), or than the longest a finished job took")
+    parser.add_argument("--redo-stopped", action="store_true", help="also rerun the jobs whose run in --out its time "
+                        "budget stopped before its last step (the merge keeps the run that trained more steps)")
     parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
     parser.add_argument("--data-dir", default=str(REPO / "data"), help="gsm8k/{train,test}.parquet, "
                         "math500/test.parquet, aime24/test.parquet; made with `recipezoo data` when missing")
@@ -443,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     common = run_overrides(args, data, uri, engine_len, found_sha) + [
         threads_override(args.runs_per_gpu, len(gpus), os.cpu_count() or 1)]  # as core.trainer.setup.host_threads
     open_store(uri, suite.experiment)
-    jobs = jobs_to_run(wanted_jobs(args), uri, suite.experiment, args.model)
+    jobs = jobs_to_run(wanted_jobs(args), uri, suite.experiment, args.model, args.redo_stopped)
     devices = gpu_names(gpus)
     # Jobs end by `deadline`; one that overruns is stopped GRACE_S later; the export then ends the invocation.
     deadline = started + args.time_limit_s - GRACE_S - EXPORT_S if args.time_limit_s else None

@@ -49,14 +49,16 @@ def open_store(uri: str, experiment: str) -> None:
         client.create_experiment(experiment)
 
 
-def jobs_to_run(jobs: list, uri: str, experiment: str, model: str) -> list:
-    """Mark the jobs the store already holds a counted result of as skipped (rerunning an invocation resumes it)."""
+def jobs_to_run(jobs: list, uri: str, experiment: str, model: str, redo_stopped: bool = False) -> list:
+    """Mark the jobs the store already holds a counted result of as skipped (rerunning an invocation resumes it);
+    with `redo_stopped`, a run its time budget stopped early does not count as done (its rerun replaces it)."""
     try:
         export = export_runs(uri, experiment)
     except LeaderboardError:
         return jobs
     done = {(run["recipe"], run["seed"]) for run in export["runs"]
-            if run["model"] == model and run.get("tags", {}).get(AFTER_EVAL_TAG) == "done" and not stopped_too_short(run)}
+            if run["model"] == model and run.get("tags", {}).get(AFTER_EVAL_TAG) == "done" and not stopped_too_short(run)
+            and not (redo_stopped and run.get("tags", {}).get(STOPPED_TAG))}
     before = any(entry["stage"] == "before" and entry["model"] == model for entry in export.get("evals", []))
     for job in jobs:
         if (job.variant is None and before) or (job.row or job.variant, job.seed) in done:

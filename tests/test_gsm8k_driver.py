@@ -387,18 +387,26 @@ def test_a_rerun_skips_what_the_store_holds_and_a_crashed_pretrained_eval_is_dis
     client.log_batch(run.info.run_id, params=[Param("model.path", model), Param("trainer.total_steps", "16")],
                      metrics=[Metric(TRAIN_REWARD_KEY, 0.1, 0, 1)])
     client.set_terminated(run.info.run_id)
+    # remax's was stopped after 12 of 16 steps: it counts (and is skipped) unless --redo-stopped asks for a rerun
+    run = client.create_run(experiment, tags={"recipe": "remax", "seed": "0", "after_eval": "done",
+                                              "stopped_by_budget": "time: after step 12 of 16"})
+    client.log_batch(run.info.run_id, params=[Param("model.path", model), Param("trainer.total_steps", "16")],
+                     metrics=[Metric(TRAIN_REWARD_KEY, 0.1, 0, 12)])
+    client.set_terminated(run.info.run_id)
     started = time.time()
     before = client.create_run(experiment, tags={"eval_stage": "before", "eval_model": model})
     client.set_terminated(before.info.run_id)
 
     def jobs():
-        return driver.wanted_jobs(driver.parse_args(["--only", "grpo:0", "ppo:0", "rloo:0", "--eval-before"]))
+        return driver.wanted_jobs(driver.parse_args(["--only", "grpo:0", "ppo:0", "rloo:0", "remax:0", "--eval-before"]))
 
     assert [job.status for job in report.jobs_to_run(jobs(), uri, report.EXPERIMENT, model)] == [
-        "skipped", "skipped", "queued", "queued"]
+        "skipped", "skipped", "queued", "queued", "skipped"]
+    assert [job.status for job in report.jobs_to_run(jobs(), uri, report.EXPERIMENT, model, redo_stopped=True)] == [
+        "skipped", "skipped", "queued", "queued", "queued"]
     assert report.discard_before_evals(uri, report.EXPERIMENT, started - 1) == 1
     assert [job.status for job in report.jobs_to_run(jobs(), uri, report.EXPERIMENT, model)] == [
-        "queued", "skipped", "queued", "queued"]
+        "queued", "skipped", "queued", "queued", "skipped"]
 
 # ---- the driver end to end -------------------------------------------------------------------------------------
 
