@@ -473,6 +473,8 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
     assert readme.count("| 6 |") == 1 and "| `another` |" in readme
     assert "| timings only |" in readme and "| 1 of 1 |" in readme
+    # the regenerating command names the --results it was merged into, not results/
+    assert f"--from-export {results}/runs.json {results}/gsm8k_leaderboard/runs.json --out {results}`" in readme
     assert record_path.name.endswith(f"-{out.name}.json")
     assert load_export(results / "gsm8k_leaderboard" / "timings" / "timing.json") == export
     assert sorted(path.name for path in (results / "gsm8k_leaderboard" / "invocations").iterdir()) == [
