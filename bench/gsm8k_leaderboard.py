@@ -18,7 +18,8 @@ per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: 
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
 stopped_by_budget: stopped on purpose, still counted), and evaluates its final policy; --eval-before adds one
 job that evaluates the pretrained model. Jobs already done in --out are skipped, so an invocation cut short is
-resumed by running it again. A job that crashes is reported with its log's tail and never counted.
+resumed by running it again (with --redo-stopped, the jobs its time budget stopped early run again too, and
+the merge keeps the run that trained more steps). A job that crashes is reported with its log's tail and never counted.
 
 --out DIR gets mlruns/ (the store), runs.json (its export), leaderboard.md (its section), logs/, work/ and
 invocations/ (how each invocation ran, for --merge's README).
