@@ -352,7 +352,7 @@ def test_the_readme_says_which_runs_of_each_invocation_count():
                                     job("rloo-seed0", "crashed", "r0"), job("dapo-seed0", "skipped", None)]),
                    record("day 2", [job("grpo-seed1", "stopped", "t1")], counted=False),
                    record("day 3", [job("ppo-seed0", "done", "new")])]
-    text = report.render_readme(invocations, {"g0", "new"})
+    text = report.render_readme(invocations, {"g0", "new"}, "recipezoo leaderboard --from-export runs.json --out .")
     rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[1]
             for line in text.splitlines() if line.startswith("| day")}
     assert rows == {"day 1": "1 of 3", "day 2": "timings only", "day 3": "1 of 1"}
