@@ -97,3 +97,14 @@ def test_recompute_old_log_probs_rejects_unknown_values(fast_overrides):
     trainer = GRPOTrainer(load_config("grpo", fast_overrides + ["actor.recompute_old_log_probs=never"]))
     with pytest.raises(ValueError, match="actor.recompute_old_log_probs"):
         trainer.fit()
+
+
+def test_val_before_train_false_skips_step_0_but_validates_at_the_end(fast_overrides):
+    # The leaderboard's jobs whose step 0 is the pretrained model's own evaluation run like this.
+    overrides = fast_overrides + ["trainer.test_freq=2", "trainer.total_steps=2", "data.val_max_samples=4",
+                                  "trainer.val_before_train=false"]
+    trainer = GRPOTrainer(load_config("grpo", overrides))
+    trainer.fit()
+    assert [step for step, _ in trainer.val_history] == [2]
+    assert "val/acc" in trainer.val_history[0][1]
+    assert "perf/start_s/first_validation" not in trainer.start_record

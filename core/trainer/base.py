@@ -103,12 +103,13 @@ class BaseTrainer:
         return val_metrics
 
     def before_first_step(self) -> tuple[int, dict[str, float]]:
-        """Resume from `trainer.resume`'s checkpoint, or validate a fresh run at step 0; then print the start
-        record. Returns the first step to run and the validation metrics."""
+        """Resume from `trainer.resume`'s checkpoint, or validate a fresh run at step 0 (unless
+        `trainer.val_before_train=false`); then print the start record. Returns the first step to run and the
+        validation metrics."""
         with start_phase("resume", self.start_record):
             first_step = self.resume() + 1
         val_metrics = {}
-        if first_step == 1 and self.config.trainer.test_freq:
+        if first_step == 1 and self.config.trainer.test_freq and self.config.trainer.val_before_train:
             with start_phase("first_validation", self.start_record):
                 val_metrics = self.validate(step=0)
         self.start_record[START_PREFIX + "total"] = time.perf_counter() - self.started
