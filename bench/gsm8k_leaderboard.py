@@ -16,10 +16,14 @@ per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: 
 27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/gsm8k_leaderboard/README.md,
 2026-11-25). A job trains one
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
-stopped_by_budget: stopped on purpose, still counted), and evaluates its final policy; --eval-before adds one
-job that evaluates the pretrained model. Jobs already done in --out are skipped, so an invocation cut short is
-resumed by running it again (with --redo-stopped, the jobs its time budget stopped early run again too, and
-the merge keeps the run that trained more steps). A job that crashes is reported with its log's tail and never counted.
+stopped_by_budget: stopped on purpose, still counted), validating every --test-freq steps and at the end, and
+evaluates its final policy; --eval-before adds one job that evaluates the pretrained model. A training job also
+validates at step 0, unless that evaluation is the same measurement (a reasoning-gym suite with --eval-before and
+--val-samples covering its test set; step_0_from_pretrained says when): then the curves take their step 0 from it
+and each job is spared that validation (trainer.val_before_train=false). Jobs already done in --out are skipped, so
+an invocation cut short is resumed by running it again (with --redo-stopped, the jobs its time budget stopped early
+run again too, and the merge keeps the run that trained more steps; --eval-before costs nothing once the store
+holds the pretrained model's evaluation). A job that crashes is reported with its log's tail and never counted.
 
 --out DIR gets mlruns/ (the store), runs.json (its export), leaderboard.md (its section), logs/, work/ and
 invocations/ (how each invocation ran, for --merge's README).
@@ -140,6 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.overrides = [o for o in overrides if o != "--"]
     args.max_response = args.max_response or SUITES[args.suite].max_response
     args.max_prompt = args.max_prompt or SUITES[args.suite].max_prompt
+    args.step_0_from_pretrained = False  # main decides, once the data is there (step_0_from_pretrained)
     # The jobs run from the repository root: paths given relative to where the user stands are resolved here.
     args.data_dir = str(Path(args.data_dir).resolve())
     args.local_data = args.local_data and str(Path(args.local_data).resolve())
@@ -291,8 +296,32 @@ def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, fin
     command += ["--eval-max-tokens", str(args.eval_max_tokens)] if args.eval_max_tokens else []
     run = [f"trainer.seed={job.seed}", f"tracking.run_name={job.name}", f"trainer.output_dir={out / 'work' / job.name}"]
     run += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank and job.variant else []
+    run += ["trainer.val_before_train=false"] if args.step_0_from_pretrained and job.variant else []
     run += schedule_overrides(job.schedule)
     return command + ["--", *common, *variant_overrides(variant, args), *run, *args.overrides]
+
+
+def step_0_from_pretrained(args, suite: Suite, common: list[str], data: Path) -> bool:
+    """Whether the pretrained model's evaluation is what a training job would validate at step 0, so that the
+    jobs leave that validation out (30-70 s each on a shared H100) and the curves take their step 0 from the
+    evaluation (core/tracking/leaderboard.py, with_pretrained_start): the evaluation runs (--eval-before) on the
+    held-out file whole (no --eval-limit), one greedy response a prompt, and the runs validate every problem of
+    it under the same new-token limit. At its defaults the GSM8K suite keeps its step-0 validation: its
+    evaluation gives 512 new tokens to all 1,319 test problems, its runs' validation 384 to the first 256."""
+    from core.config import load_config
+    from core.data.dataset import read_rows
+
+    evaluation = next((s for s in suite.eval_sets if s[1] == suite.val_file), None)
+    if not args.eval_before or args.eval_limit or evaluation is None:
+        return False
+    _, _, n, temperature, _, max_tokens, _ = evaluation
+    # GRPO's config as the jobs get it; no variant's own overrides (variant_overrides) touch validation.
+    config = load_config(VARIANTS["grpo"], [*common, *args.overrides])
+    validated = config.data.val_max_samples
+    return (n == 1 and temperature == 0 == config.rollout.val_temperature and config.rollout.val_n == 1
+            and min(max_tokens, args.eval_max_tokens or max_tokens) == config.data.max_response_length
+            and config.data.truncation == "error"  # any other would drop or cut prompts the evaluation keeps
+            and (validated is None or validated >= len(read_rows(data / suite.val_file))))
 
 
 def stamp() -> str:
@@ -445,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     engine_len = min(max(eval_len + longest_eval, args.max_prompt + args.max_response), context_length(model_path))
     common = run_overrides(args, data, uri, engine_len, found_sha) + [
         threads_override(args.runs_per_gpu, len(gpus), os.cpu_count() or 1)]  # as core.trainer.setup.host_threads
+    args.step_0_from_pretrained = step_0_from_pretrained(args, suite, common, data)
     open_store(uri, suite.experiment)
     jobs = jobs_to_run(wanted_jobs(args), uri, suite.experiment, args.model, args.redo_stopped)
     devices = gpu_names(gpus)

@@ -283,6 +283,33 @@ def test_lora_rank_trains_lora_policies_in_rows_of_their_own(tmp_path, monkeypat
         driver.wanted_jobs(driver.parse_args(["--lora-rank", "16"]))  # the default recipes include ppo
 
 
+@pytest.mark.parametrize("suite", ["reasoning-gym", "reasoning-gym-open"])
+def test_jobs_leave_step_0_to_the_pretrained_evaluation_only_where_it_is_the_same_measurement(tmp_path, suite):
+    """A reasoning-gym suite with --eval-before and --val-samples covering its 700 test problems: the pretrained
+    model's evaluation is what a job would validate at step 0, so training jobs skip it. Not without that evaluation,
+    with fewer problems or another token limit validated, and not for GSM8K at its defaults (512 tokens evaluated,
+    384 validated)."""
+    from bench.leaderboard_suites import SUITES
+
+    write_rows([{"data_source": "reasoning_gym/gcd"}] * 700, tmp_path / SUITES[suite].val_file)
+
+    def command(*flags, suite=suite, variant="grpo"):
+        args = driver.parse_args(["--suite", suite, "--model", "m", *flags])
+        common = driver.run_overrides(args, tmp_path, "file:///store", 2048)
+        args.step_0_from_pretrained = driver.step_0_from_pretrained(args, SUITES[suite], common, tmp_path)
+        job = driver.Job(f"{variant or 'pretrained'}-seed0", variant, 0)
+        return driver.job_command(job, args, common, tmp_path / "out", 1024, None)
+
+    skipping = command("--eval-before", "--val-samples", "700")
+    assert "trainer.val_before_train=false" in skipping
+    assert load_config("grpo", skipping[skipping.index("--") + 1:]).trainer.val_before_train is False
+    assert "trainer.val_before_train=false" not in command("--eval-before", "--val-samples", "700", variant=None)
+    for flags in [("--val-samples", "700"), ("--eval-before",), ("--eval-before", "--val-samples", "700",
+                  "--max-response", "384"), ("--eval-before", "--val-samples", "700", "--eval-limit", "50")]:
+        assert "trainer.val_before_train=false" not in command(*flags), flags
+    assert "trainer.val_before_train=false" not in command("--eval-before", "--val-samples", "1319", suite="gsm8k")
+
+
 def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatch, capsys):
     started = []
     monkeypatch.setattr(driver, "start_job", lambda job, *rest: started.append(job.name))

@@ -1,5 +1,6 @@
 """Significance ranks: Welch's t-test and Holm's correction by hand (and against scipy where installed); the
-reasoning-gym section's suite mean and ranks; refusing rows from another model file or budget."""
+reasoning-gym section's suite mean and ranks; refusing rows from another model file or budget; its curve's step 0
+from the pretrained model's evaluation."""
 
 from __future__ import annotations
 
@@ -105,3 +106,36 @@ def test_rows_from_another_model_file_or_budget_are_refused(suite):
     runs[-1]["params"]["rollout.n"] = "16"
     with pytest.raises(LeaderboardError, match=r"different budgets, rollout.n = 16: ppo seed 2; 8: "):
         build_before_after(runs, evals)
+
+
+def test_a_run_without_step_0_starts_its_curve_at_the_pretrained_evaluation(suite, tmp_path, monkeypatch):
+    """Runs made with trainer.val_before_train=false: the suite curve's step 0 is the `before` evaluation's
+    (0.5 + 0.2) / 2 = 0.35, each task's mean@1 its val/<task>/acc at step 0, where that evaluation measured what
+    the runs validate (greedy, one response, their 256 new tokens, all 200 problems); a run keeps a step 0 of
+    its own; runs that validate under another token limit get no step 0 from it."""
+    from core.tracking import leaderboard
+
+    runs, evals = copy.deepcopy(suite)
+    for run in runs:
+        run["params"].update({"data.max_response_length": "256", "rollout.val_n": "1",
+                              "rollout.val_temperature": "0.0", "data.val_max_samples": "200"})
+        run["history"]["val/reasoning_gym/products/acc"] = [[5, 0.6], [25, 0.8]]
+        run["history"]["val/reasoning_gym/syllogism/acc"] = [[5, 0.4], [25, 0.6]]
+    runs[0]["history"] = {key: [[0, 0.9], *points] for key, points in runs[0]["history"].items()}
+
+    def suite_curves():
+        plotted = {}
+        monkeypatch.setattr(leaderboard, "plot_seed_curves", lambda series, panels, path, title: plotted.update(
+            {label: [run["history"] for run in members] for label, members in series}) or path)
+        leaderboard.write_leaderboard({"experiment": "x", "runs": runs, "evals": evals}, tmp_path)
+        return {label: [history.get(leaderboard.SUITE_CURVE_KEY) for history in histories]
+                for label, histories in plotted.items()}, plotted
+
+    curves, plotted = suite_curves()
+    assert curves["rloo (n=3)"] == [[[0, 0.35], [5, 0.5], [25, 0.7]]] * 3
+    assert plotted["rloo (n=3)"][0]["val/reasoning_gym/products/acc"][0] == [0, 0.5]
+    assert curves["grpo (n=3)"][0][0] == [0, 0.9]  # its own step 0
+    for run in runs:
+        run["params"]["data.max_response_length"] = "384"
+    curves, _ = suite_curves()
+    assert curves["rloo (n=3)"][0][0] == [5, 0.5]

@@ -10,7 +10,8 @@ Outputs (all deterministic: the same export gives byte-identical files):
   vs step, mean over seeds with a ±std band, one line per recipe).
 
 Exports with `evals` add a section per pretrained model (before_after.py: before -> after RL, mean,
-std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/ (one figure per model); the training runs
+std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/ (one figure per model; a run that did not
+validate at step 0 starts at the pretrained model's evaluation, with_pretrained_start); the training runs
 it shows appear only there, not in the tiny-task table. Rows whose runs call tools get a before -> after
 section of their own too (tool_use_section.py). Written into the repository's own results/, the
 leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
@@ -33,11 +34,13 @@ from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.before_after import (
     GSM8K_STRICT,
     BeforeAfter,
+    _eval_columns,
     _md,
     _number,
     _round,
     before_after_records,
     build_before_after,
+    eval_grader,
     format_tokens,
     render_before_after,
 )
@@ -351,10 +354,13 @@ def plot_curves(board: Leaderboard, task: str, path: Path) -> Path:
     return plot_seed_curves(series, panels, path)
 
 
-def plot_pretrained_curves(section: BeforeAfter, model: str, path: Path) -> Path:
+def plot_pretrained_curves(section: BeforeAfter, model: str, path: Path, befores: list[dict]) -> Path:
     """Held-out accuracy (the runs' validation subset, greedy) and training reward vs step, one line per
-    recipe of `model`: the mean over its seeds, shaded ±1 std."""
-    series = [(f"{row.recipe} (n={len(row.runs)})", [member.train_run for member in row.runs])
+    recipe of `model`: the mean over its seeds, shaded ±1 std. `befores`: the export's `before` evaluations, the
+    step 0 of runs that did not validate then."""
+    befores = [entry for entry in befores if str(entry.get("model")) == model]
+    series = [(f"{row.recipe} (n={len(row.runs)})", [with_pretrained_start(member.train_run, befores)
+                                                     for member in row.runs])
               for row in section.rows if row.model == model]
     acc_keys = sorted({key for _, runs in series for run in runs for key in run["history"] if is_task_acc_key(key)})
     panels = [(key, f"held-out {key[len('val/'):-len('/acc')]} acc during training") for key in acc_keys[:1]]
@@ -363,6 +369,44 @@ def plot_pretrained_curves(section: BeforeAfter, model: str, path: Path) -> Path
         panels = [(SUITE_CURVE_KEY, "held-out reasoning-gym suite mean during training (greedy, every test problem)")]
     return plot_seed_curves(series, panels + [(TRAIN_REWARD_KEY, f"training reward ({TRAIN_REWARD_KEY})")], path,
                             title=f"{model}: mean over seeds, shaded ±1 std")
+
+
+def with_pretrained_start(run: dict, befores: list[dict]) -> dict:
+    """`run` with a step-0 point on each held-out history that lacks one (a leaderboard job run with
+    trainer.val_before_train=false), from the pretrained model's evaluation (`pretrained_starts`). A run that
+    validated at step 0 keeps its own point: every committed run did."""
+    starts = pretrained_starts(run, befores)
+    added = {key: [[0, starts[key]], *points] for key, points in run["history"].items()
+             if key in starts and points and points[0][0] != 0}
+    return {**run, "history": {**run["history"], **added}} if added else run
+
+
+def pretrained_starts(run: dict, befores: list[dict]) -> dict[str, float]:
+    """What `run` would have validated at step 0, from the `before` evaluations of its model: val/<source>/acc is
+    <source>'s mean@1 under the grader the run validates with (core/trainer/validation.py reports mean@n as
+    acc). The suite mean follows from its tasks (with_suite_history); val/acc has no history to fill."""
+    params = run["params"]
+    grading = {"grader.gsm8k_method": params.get("reward.gsm8k_method"),
+               "grader.custom_function": params.get("reward.custom_function.path")}
+    starts = {}
+    for entry in befores:
+        if validated_alike(params, entry):
+            starts |= {f"val/{column.data_source}/acc": value for column, value in _eval_columns(entry).items()
+                       if column.metric == "mean@1" and column.grader == eval_grader(column.data_source, grading)[0]}
+    return starts
+
+
+def validated_alike(params: dict, entry: dict) -> bool:
+    """Whether the evaluation `entry` measured what a run of `params` validates: one greedy response to every
+    prompt the run validates (none capped away by --eval-limit), under the run's new-token limit. GSM8K's
+    evaluation is not: 512 new tokens to all 1,319 problems against the runs' 384 to the first 256."""
+    protocol = entry["protocol"]
+    prompts = sum(figures["num_prompts"] for source, figures in entry["results"].items() if source != "all")
+    validated = _number(params.get("data.val_max_samples"))  # None: all
+    return (protocol.get("generation.n") == "1" == params.get("rollout.val_n")
+            and _number(protocol.get("generation.temperature")) == 0 == _number(params.get("rollout.val_temperature"))
+            and _number(protocol.get("generation.max_tokens")) == _number(params.get("data.max_response_length"))
+            and _number(protocol.get("generation.max_samples")) is None and (validated is None or validated >= prompts))
 
 
 def _display(path: str | Path) -> str:
@@ -395,7 +439,8 @@ def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path
     for task in board.tasks:
         written.append(plot_curves(board, task, out / plot_name(task)))
     if board.before_after is not None and board.before_after.rows:
-        written += [plot_pretrained_curves(board.before_after, model, out / plot)
+        befores = [entry for entry in export.get("evals") or [] if entry["stage"] == "before"]
+        written += [plot_pretrained_curves(board.before_after, model, out / plot, befores)
                     for model, plot in pretrained_plots(board.before_after).items()]
         written += write_schedule_plots(board.before_after, out)  # only where rows of several schedules sit
     if out.resolve() == REPO_RESULTS:  # the committed leaderboard: the recipe READMEs show their rows too
