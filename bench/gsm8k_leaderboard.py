@@ -170,7 +170,8 @@ def add_budget_args(parser) -> None:
     budget.add_argument("--lr", type=float, default=1e-5, help="actor.lr (and PPO's critic.lr)")
     budget.add_argument("--temperature", type=float, default=0.7, help="rollout.temperature")
     budget.add_argument("--format-score", type=float, default=0.1, help="reward.format_score: a wrong `#### N`")
-    budget.add_argument("--val-samples", type=int, default=256, help="GSM8K test problems validated every --test-freq")
+    budget.add_argument("--val-samples", type=int, default=256, help="held-out problems (the suite's test file) "
+                        "validated every --test-freq")
     budget.add_argument("--test-freq", type=int, default=5)
     budget.add_argument("--rollout", default="vllm", help="rollout.name")
 
