@@ -70,6 +70,7 @@ KINDS_BEYOND_DEFAULT = {
     "actor.lora.target_modules": ("str", "list"),  # all-linear or module names
     "trainer.stream_groups": ("int", "null"),  # null = whole batches
     "trainer.max_staleness": ("int", "null"),  # null = async's default bound
+    "trainer.save_batch_step": ("int", "null"),  # null = never
     "rollout.multi_turn.env": ("str", "null"),  # null = function tools
 }
 RANGES = {  # key -> the valid range, as the error states it
@@ -80,8 +81,9 @@ RANGES = {  # key -> the valid range, as the error states it
         "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
         "reward.num_workers", "algorithm.filter_groups.max_num_gen_batches", "trainer.total_steps",
         "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers",
-        "trainer.partial_rollout_chunk", "trainer.stream_groups", "rollout.multi_turn.max_turns",
-        "rollout.multi_turn.max_tool_response_chars", "rollout.multi_turn.max_concurrent_tools"], "≥ 1"),
+        "trainer.partial_rollout_chunk", "trainer.stream_groups", "trainer.save_batch_step",
+        "rollout.multi_turn.max_turns", "rollout.multi_turn.max_tool_response_chars",
+        "rollout.multi_turn.max_concurrent_tools"], "≥ 1"),
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
@@ -127,6 +129,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_rollout_log_probs(resolved)
     check_placement(resolved)
     check_profile_steps(resolved)
+    check_save_batch(resolved)
     check_multi_turn(resolved)
     return resolved
 
@@ -343,6 +346,26 @@ def check_profile_steps(resolved: dict) -> None:
     if bad:
         raise ConfigError(f"trainer.profile_steps={steps!r} holds {bad[0]!r} — expected step numbers ≥ 1, "
                           "e.g. trainer.profile_steps=[2]")
+
+
+def check_save_batch(resolved: dict) -> None:
+    """A step the run reaches, and a directory it can make: found now, not after the steps before it.
+    Nothing is created here (a refused config leaves no trace): the nearest existing parent must be a
+    writable directory."""
+    trainer = resolved["trainer"]
+    step, directory = trainer["save_batch_step"], trainer["save_batch_dir"]
+    if step is None:
+        return
+    if step > trainer["total_steps"]:
+        raise ConfigError(f"trainer.save_batch_step={step} is after the last step (trainer.total_steps="
+                          f"{trainer['total_steps']}) — expected a step from 1 to {trainer['total_steps']}")
+    existing = Path(directory).expanduser().absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not a directory" if not existing.is_dir() else "is not writable"
+        raise ConfigError(f"trainer.save_batch_dir={directory!r} cannot be created: {existing} {what} — "
+                          "set trainer.save_batch_dir to a directory this run can write")
 
 
 def check_placement(resolved: dict) -> None:

@@ -18,6 +18,7 @@ from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
 from core.algos.rollout_correction import NO_CORRECTION, rollout_correction_weights
 from core.data.batch import Batch
+from core.data.batch_file import save_batch
 from core.engine.distributed import all_reduce_mean, all_reduce_sum
 from core.models.export import write_hf_files
 from core.reward.build import build_reward_manager
@@ -86,6 +87,8 @@ class BaseTrainer:
                     batch = self.stage("rollout_corr", self.correct_off_policy, batch)
                     batch = self.stage("values", self.compute_values, batch)
                     batch = self.stage("adv", self.compute_advantages, batch)
+                    if step == self.config.trainer.save_batch_step:
+                        self.save_batch(step, batch)
                     metrics = self.stage("update_critic", self.update_critic, batch)
                     metrics |= self.stage("update_actor", self.update_policy, batch)
                     # A run stopping after this step needs its engine no more, whose processes may have had the
@@ -204,6 +207,14 @@ class BaseTrainer:
         )
         batch.tensors["advantages"], batch.tensors["returns"] = advantages, returns
         return batch
+
+    def save_batch(self, step: int, batch: Batch) -> None:
+        """`trainer.save_batch_step`: the step's batch, rewards computed, for computing its numerics in another
+        framework (bench/verl_numerics.py). Rank 0 writes its own rows: under torchrun each rank holds whole
+        prompt groups, so its share is a batch in itself; a Ray driver holds all of them."""
+        if self.world.rank == 0:
+            path = save_batch(batch, Path(self.config.trainer.save_batch_dir) / f"batch_step{step}.pt")
+            print(f"saved step {step}'s batch ({len(batch)} rows) to {path}", flush=True)
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         return {}
