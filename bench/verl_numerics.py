@@ -3,10 +3,8 @@ largest absolute difference, so that the speed ratio of bench/verl_suite.sh comp
 
     python bench/verl_numerics.py --batch batch.pt --model-dir DIR --out numerics.json [--device cuda]
 
-Run in verl's environment (ours is installed there too: bench/verl_suite.sh's `VERL_PY`). The batch is a
-torch.save'd dict (`save_batch`): `input_ids`, `attention_mask`, `position_ids` (B, L) of left-padded prompts and
-right-padded responses, `responses`, `response_mask`, `token_level_rewards` (B, T_resp), optionally the engine's
-`rollout_log_probs` (B, T_resp), and `uid` (B,) naming each response's prompt group.
+Run in verl's environment (ours is installed there too: bench/verl_suite.sh's `VERL_PY`). The batch is one step of
+our run, written by `trainer.save_batch_step` (format: core/data/batch_file.py): tokens, rewards and prompt groups.
 
 Ours: the policy forward of core/engine (FSDPEngine.compute_log_probs: packed where it runs on CUDA), the `grpo`
 advantage estimator and the `vanilla` policy loss (token-mean, clip 0.2/0.28, dual clip 10: the dapo8b shape).
@@ -14,8 +12,9 @@ verl: `compute_grpo_outcome_advantage` and the `vanilla` policy loss from verl.t
 in-process on the same tensors (pure functions: no GPU, no Ray). Each loss is evaluated twice: at the first update,
 where the current policy is π_old (ratio 1: the loss is −token-mean of the advantages), and at a seeded
 perturbation of the current log-probs (the same for both), which makes the clip and the dual clip act.
-verl's old log-probs need its FSDP engine with flash-attn on a GPU; `--verl-log-probs FILE` (a (B, T_resp) tensor
-saved by that step, see bench/README.md) adds them to the comparison; without it, its loss uses ours.
+verl's old log-probs come from its own actor (bench/verl_log_probs.py, packed with flash-attn on a GPU):
+`--verl-log-probs FILE`, the (B, T_resp) tensor that script saves, adds them to the comparison; without it, verl's
+loss uses ours.
 """
 
 from __future__ import annotations
@@ -25,32 +24,17 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.data.batch import Batch  # noqa: E402
+from core.data.batch_file import load_batch  # noqa: E402
 
-BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "token_level_rewards")
 # The dapo8b shape's loss (bench/verl_grpo_gpu.py, recipes/dapo/run_qwen3_8b.sh).
 CLIP = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 10.0}
 PERTURBATION = 0.3  # std of the seeded log-prob shift: ratios of e^±0.3 cross both clip bounds
-
-
-def save_batch(batch: Batch, path: Path) -> None:
-    tensors = {key: batch[key] for key in (*BATCH_KEYS, "rollout_log_probs") if key in batch.tensors}
-    torch.save({**tensors, "uid": [str(uid) for uid in batch.non_tensors["uid"]]}, path)
-
-
-def load_batch(path: Path) -> Batch:
-    saved = torch.load(path, weights_only=True)
-    missing = [key for key in (*BATCH_KEYS, "uid") if key not in saved]
-    if missing:
-        raise SystemExit(f"{path} lacks {missing}: save it with bench/verl_numerics.py's save_batch")
-    uid = saved.pop("uid")
-    return Batch(tensors=saved, non_tensors={"uid": np.array(uid, dtype=object)})
 
 
 def perturbed(log_probs: torch.Tensor, mask: torch.Tensor, seed: int = 0) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""bench/verl_numerics.py on CPU: the saved batch, our side on the tiny model, the diff bookkeeping, a hand-computed
-advantage and loss, and verl's core_algos beside ours (skipped where verl is not importable)."""
+"""bench/verl_numerics.py on CPU: our side on the tiny model's saved batch, the diff bookkeeping, a hand-computed
+advantage and loss, and verl's core_algos beside ours (skipped where verl is not importable). The batch file's own
+round trip is tests/test_save_batch.py's."""
 
 import importlib.util
 import sys
@@ -11,12 +12,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+# By file, not as `tests.helpers_policy`: verl's wheel installs a top-level `tests` package of its own.
+sys.path.insert(0, str(ROOT / "tests"))
 
 import verl_numerics as numerics  # noqa: E402
+from helpers_policy import sampled_batch, tiny_policy  # noqa: E402
 
 from core.data.batch import Batch  # noqa: E402
+from core.data.batch_file import load_batch, save_batch  # noqa: E402
 from core.models.tiny import build_tiny_tokenizer  # noqa: E402
-from tests.helpers_policy import sampled_batch, tiny_policy  # noqa: E402
 
 needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None,
                                 reason="verl is installed in its own environment (bench/requirements-verl.txt)")
@@ -67,19 +71,8 @@ def saved(tmp_path_factory):
     rewards[torch.arange(len(batch)), mask.sum(1) - 1] = torch.arange(len(batch), dtype=torch.float32) % 3
     batch.tensors["token_level_rewards"] = rewards
     batch.non_tensors["uid"] = np.array([str(row // 3) for row in range(len(batch))], dtype=object)  # as the trainer
-    numerics.save_batch(batch, tmp / "batch.pt")
-    return tmp, model, batch
-
-
-def test_a_saved_batch_loads_back_with_its_groups(saved):
-    tmp, _, batch = saved
-    loaded = numerics.load_batch(tmp / "batch.pt")
-    for key in numerics.BATCH_KEYS:
-        assert torch.equal(loaded[key], batch[key]), key
-    assert list(loaded.non_tensors["uid"]) == [str(uid) for uid in batch.non_tensors["uid"]]
-    torch.save({"input_ids": batch["input_ids"]}, tmp / "partial.pt")
-    with pytest.raises(SystemExit, match="lacks"):
-        numerics.load_batch(tmp / "partial.pt")
+    save_batch(batch, tmp / "batch.pt")
+    return tmp, model, load_batch(tmp / "batch.pt")
 
 
 def test_our_old_log_probs_are_the_models_own_log_softmax(saved):
