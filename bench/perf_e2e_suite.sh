@@ -8,6 +8,7 @@
 # Usage: bash bench/perf_e2e_suite.sh      (E2E_STEPS, E2E_*_TIMEOUT in seconds, 0: no limit)
 #   E2E_RUNS="ours" E2E_OURS_NAME=e2e_ours_vllm024: only ours, into results/perf/e2e_ours_vllm024.json
 #   (bench/verl_suite.sh runs it so with verl's environment first on PATH)
+#   E2E_OURS_OVERRIDES="key=value ...": more config overrides for ours (bench/verl_suite.sh saves a batch so)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
@@ -24,7 +25,7 @@ if [[ $RUNS == *" ours "* ]]; then
         data.max_response_length=512 actor.ppo_mini_batch_size=32 actor.lr=1e-6 actor.weight_decay=0.0 \
         actor.use_kl_loss=false actor.loss_agg_mode=token-mean actor.grad_clip=1.0 \
         actor.micro_batch_tokens="${E2E_MICRO_TOKENS:-16384}" rollout.temperature=1.0 rollout.top_p=1.0 \
-        rollout.gpu_memory_utilization=0.4 rollout.enforce_eager=false trainer.device=cuda \
+        rollout.gpu_memory_utilization=0.4 rollout.enforce_eager=false trainer.device=cuda ${E2E_OURS_OVERRIDES:-} \
         >"$LOGS/$OURS.log" 2>&1 && cp "results/perf/$OURS/grpo.json" "results/perf/$OURS.json" || echo "ours failed: $?"
     grep -E "^step|Error|error:" "$LOGS/$OURS.log" | tail -8
 fi

@@ -27,6 +27,10 @@ SHAPES = {
     "dapo8b": ("One DAPO step: Qwen3-8B, 16 prompts × 16, responses up to 2048 tokens, 2 GPUs",
                [("ours", "dapo8b_ours.json"), ("verl", "dapo8b_verl.json")]),
 }
+# Each shape's numerics beside verl (bench/verl_suite.sh: bench/verl_numerics.py on ours' step-2 batch): the rows
+# shown, as max |ours − verl|.
+NUMERIC_ROWS = (("old_log_probs", "old log-probs"), ("advantages", "advantages"), ("pg_loss", "loss at ratio 1"),
+                ("pg_loss_perturbed", "loss at the perturbed ratios"))
 # verl's speed settings, read back from the config its run recorded.
 SHOWN_SETTINGS = ("actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.actor.use_dynamic_bsz",
                   "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
@@ -169,6 +173,21 @@ def padded_note(verl: dict) -> list[str]:
             "this verl, not with verl packing its sequences."]
 
 
+def numerics_lines(directory: Path, shape: str) -> list[str]:
+    """One line: the largest |ours − verl| of each computation on the same rollout, or why it was not measured."""
+    path = directory / f"{shape}_numerics.json"
+    if not path.exists():
+        return []
+    report = json.loads(path.read_text())
+    if "error" in report:
+        return [f"- Numerics beside verl (`{path.name}`) not measured: `{' / '.join(report['error'].splitlines()[-3:])}`"]
+    diffs = report["max_abs_diff"]
+    cells = ", ".join(f"{label} {diffs[key]:.1e}" for key, label in NUMERIC_ROWS if key in diffs)
+    ours_only = "" if report.get("verl_log_probs") else " (verl's old log-probs not computed: its loss took ours)"
+    return [f"- Numerics beside verl on ours' step-2 rollout ({report['rows']} responses, {report['response_tokens']:,} "
+            f"response tokens), the largest |ours − verl|: {cells}{ours_only} (`{path.name}`)."]
+
+
 def setting(config: dict, dotted: str):
     """The value at a dotted key of a nested dict; None where the run did not record it."""
     for key in dotted.split("."):
@@ -205,6 +224,7 @@ def shape_section(directory: Path, shape: str) -> list[str]:
             lines.append(f"- {run['label']} ({run['file']}) stopped before its last step: {run['stopped']}")
     lines += [f"- {run['label']} ({run['file']}) left out: it ran on {run['device']}, not in verl's call"
               for run in elsewhere]
+    lines += numerics_lines(directory, shape)
     shown = [f"`{key.split('.', 1)[1]}={setting(verl['config'], key)}`" for key in SHOWN_SETTINGS
              if setting(verl["config"], key) is not None]
     if shown:

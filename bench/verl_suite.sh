@@ -4,7 +4,10 @@
 #           verl's environment (vLLM 0.24.0), verl's main_ppo (bench/verl_grpo_gpu.py --shape grpo)
 #   2 GPUs: DAPO steps (Qwen3-8B, 16 prompts × 16, responses up to 2048): ours (bench/scale_suite.py) and
 #           verl (--shape dapo8b); skipped on a machine with fewer than 2 GPUs
-# Writes results/perf/{e2e_ours,e2e_trl,e2e_ours_vllm024,e2e_verl,dapo8b_ours,dapo8b_verl}.json.
+# Writes results/perf/{e2e_ours,e2e_trl,e2e_ours_vllm024,e2e_verl,dapo8b_ours,dapo8b_verl}.json, and beside them
+# {grpo,dapo8b}_numerics.json: ours' run saves its step-2 batch (trainer.save_batch_step), then, in verl's environment,
+# bench/verl_log_probs.py computes verl's old log-probs of it and bench/verl_numerics.py compares both frameworks'
+# old log-probs, advantages and loss on it (a failure is recorded there; the suite goes on).
 # Needs: NVIDIA GPUs (80 GB for the GRPO steps; the 8B steps need 2 with more, e.g. H200), internet (pip, GSM8K),
 # Python 3.12. The two environments are made on first use under VENVS, or given:
 #   OURS_PY=/path/to/python  ours:  pip install -e . -r bench/requirements-gpu.txt
@@ -123,7 +126,7 @@ grpo_shape() {  # one GPU each: ours then TRL, ours on verl's vLLM, verl; the sa
     ours_runs=$(for run in ours trl; do wants "$run" && printf '%s ' "$run"; done)
     if [ -n "$ours_runs" ]; then
         launch 1 "$ours_runs" with "$OURS_PY" env E2E_STEPS="$STEPS" E2E_LOGS="$BENCH_WORK" E2E_RUNS="$ours_runs" \
-            bash bench/perf_e2e_suite.sh
+            E2E_OURS_OVERRIDES="$(save_batch grpo)" bash bench/perf_e2e_suite.sh
     fi
     if wants ours024; then
         launch 1 ours024 with "$VERL_PY" env E2E_STEPS="$STEPS" E2E_LOGS="$BENCH_WORK" E2E_RUNS=ours \
@@ -144,9 +147,34 @@ dapo8b_shape() {  # two GPUs each: our DAPO launcher as bench/scale_suite.py run
 
 ours_dapo8b() {
     with "$OURS_PY" bash bench/scale_suite.sh --recipes dapo --controllers torchrun --gpus 2 --steps "$STEPS" \
-        --no-raw-vllm --data "$1" --work "$SUITE_DIR/scale" --out "$SUITE_DIR/scale" \
+        --no-raw-vllm --data "$1" --work "$SUITE_DIR/scale" --out "$SUITE_DIR/scale" $(save_batch dapo8b) \
         && cp "$SUITE_DIR/scale/dapo_qwen3-8b_2gpu_torchrun.json" results/perf/dapo8b_ours.json \
         || echo "ours (dapo8b) failed: see $SUITE_DIR/scale/logs" >&2
+}
+
+save_batch() {  # save_batch SHAPE: the overrides that make ours' run save its step-2 batch for the numerics
+    rm -f "$SUITE_DIR/numerics/$1/batch_step2.pt"  # an earlier call's batch is not this run's
+    echo "trainer.save_batch_step=2 trainer.save_batch_dir=$SUITE_DIR/numerics/$1"
+}
+
+numerics() {  # numerics SHAPE MODEL: verl's and our old log-probs, advantages and loss on ours' step-2 batch, both
+              # forwards loading MODEL, into results/perf/SHAPE_numerics.json; a failure is written there instead
+    local dir=$SUITE_DIR/numerics/$1 out=results/perf/$1_numerics.json gpu=${VISIBLE[0]}
+    echo "== numerics $1 on GPU $gpu (log: $dir/numerics.log)"
+    if [ ! -f "$dir/batch_step2.pt" ]; then numerics_failed "$out" "ours saved no step-2 batch ($dir)"; return; fi
+    if CUDA_VISIBLE_DEVICES=$gpu "$VERL_PY" bench/verl_log_probs.py --shape "$1" --batch "$dir/batch_step2.pt" \
+            --model-dir "$2" --packing "${VERL_PACKING:-$PACKING}" --out "$dir/verl_log_probs.pt" \
+            >"$dir/numerics.log" 2>&1 \
+        && CUDA_VISIBLE_DEVICES=$gpu "$VERL_PY" bench/verl_numerics.py --batch "$dir/batch_step2.pt" --model-dir "$2" \
+            --verl-log-probs "$dir/verl_log_probs.pt" --out "$out" >>"$dir/numerics.log" 2>&1; then
+        echo "numerics $1: $(tail -n 1 "$dir/numerics.log")"
+    else
+        numerics_failed "$out" "$(tail -n 5 "$dir/numerics.log")"
+    fi
+}
+numerics_failed() {  # numerics_failed OUT WHY: the json the report reads, saying why there are no numbers
+    echo "numerics failed: $2" >&2
+    "$OURS_PY" -c 'import json, sys; open(sys.argv[1], "w").write(json.dumps({"error": sys.argv[2]}) + "\n")' "$1" "$2"
 }
 
 verl_run() {  # verl_run SHAPE MODEL DATA NAME: verl's main_ppo, its json into results/perf/NAME.json
@@ -156,11 +184,18 @@ verl_run() {  # verl_run SHAPE MODEL DATA NAME: verl's main_ppo, its json into r
 }
 
 if wants verl; then VERL_PACKING=$(verl_packing) || RUNS=${RUNS/ verl / }; fi
-[[ $SHAPES == *" grpo "* ]] && grpo_shape
+RAN=""  # the shapes that ran, whose ours' batch the numerics score
+if [[ $SHAPES == *" grpo "* ]]; then grpo_shape; RAN+=" grpo"; fi
 if [[ $SHAPES == *" dapo8b "* ]]; then
     gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
-    if [ "$gpus" -ge $(( SIDE_BY_SIDE ? NEXT_GPU + 4 : 2 )) ]; then dapo8b_shape
+    if [ "$gpus" -ge $(( SIDE_BY_SIDE ? NEXT_GPU + 4 : 2 )) ]; then dapo8b_shape; RAN+=" dapo8b"
     else echo "dapo8b skipped: it needs 2 GPUs (4 beside grpo's under --side-by-side), this machine has $gpus" >&2; fi
 fi
 wait  # the columns started side by side
+if wants ours; then  # one GPU each, after the runs: the models the columns loaded (dapo8b's ours drew its own weights)
+    for shape in $RAN; do
+        model=$(with "$OURS_PY" random_model "$([ "$shape" = grpo ] && echo qwen3-0.6b || echo qwen3-8b)") \
+            && numerics "$shape" "$model"
+    done
+fi
 "$OURS_PY" bench/perf_report.py

@@ -268,3 +268,23 @@ def test_a_verl_run_padded_on_purpose_with_flash_attn_installed_is_still_reporte
     report["config"]["actor_rollout_ref"]["model"]["use_remove_padding"] = False  # --packing off
     write(synthetic_runs, "e2e_verl.json", report)
     assert "against verl without sequence packing" in "\n".join(verl_section(synthetic_runs))
+
+
+def test_each_shape_shows_its_numerics_beside_verl_or_why_they_are_missing(synthetic_runs):
+    write(synthetic_runs, "grpo_numerics.json", {
+        "rows": 256, "response_tokens": 98304, "verl_log_probs": "verl_log_probs.pt",
+        "max_abs_diff": {"old_log_probs": 0.0625, "advantages": 4.7e-7, "pg_loss": 0.0, "pg_loss_perturbed": 1.2e-8,
+                         "ours_vs_rollout_log_probs": 0.5}})
+    write(synthetic_runs, "dapo8b_numerics.json", {"error": "Traceback\ntorch.OutOfMemoryError: CUDA out of memory"})
+    text = "\n".join(verl_section(synthetic_runs))
+    grpo, dapo8b = text.split("### One DAPO step")
+    assert ("- Numerics beside verl on ours' step-2 rollout (256 responses, 98,304 response tokens), the largest "
+            "|ours − verl|: old log-probs 6.2e-02, advantages 4.7e-07, loss at ratio 1 0.0e+00, loss at the perturbed "
+            "ratios 1.2e-08 (`grpo_numerics.json`).") in grpo
+    assert "ours_vs_rollout" not in text  # context for the json's reader, not a difference between frameworks
+    assert ("- Numerics beside verl (`dapo8b_numerics.json`) not measured: `Traceback / torch.OutOfMemoryError: CUDA "
+            "out of memory`") in dapo8b
+
+
+def test_no_numerics_file_no_numerics_line(synthetic_runs):
+    assert "Numerics" not in "\n".join(verl_section(synthetic_runs))
