@@ -14,7 +14,8 @@ Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up
 per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: on an H100, two SmolLM2 jobs took
 9.4-12.5 s a step each against 8.7-9.1 s alone (about 1.6x the steps per second), three took 14.3-18.3 s and four
 27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/gsm8k_leaderboard/README.md,
-2026-11-25). A job trains one
+2026-11-25). Those starts wait because vLLM measures the free memory to size its KV cache; --engine-kv-gib gives
+each engine that size instead, and a GPU's jobs start side by side (what it saves is not measured yet). A job trains one
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
 stopped_by_budget: stopped on purpose, still counted), validating every --test-freq steps and at the end, and
 evaluates its final policy; --eval-before adds one job that evaluates the pretrained model. A training job also
@@ -113,6 +114,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs-per-gpu", type=int, default=2, help="jobs at once per GPU (K)")
     parser.add_argument("--engine-memory", type=float, default=0.4, help="share of each GPU's memory for the K "
                         "vLLM engines together (each gets 1/K of it); the rest is the trainers'")
+    parser.add_argument("--engine-kv-gib", type=float, default=None, help="each vLLM engine's KV cache, given "
+                        "(kv_cache_memory_bytes) instead of measured from the free memory: a GPU's K jobs then start "
+                        "at once, not one after another (bench/gsm8k_run.py, GpuTurns.starting)")
     parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
                         "stops early enough for every job to evaluate and the export to be written (0: none)")
     parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
@@ -151,6 +155,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.model = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     if [o for o in args.overrides if o.startswith("-")]:
         parser.error(f"unrecognized arguments: {' '.join(o for o in args.overrides if o.startswith('-'))}")
+    if args.engine_kv_gib is not None and args.engine_kv_gib <= 0:
+        parser.error(f"--engine-kv-gib {args.engine_kv_gib}: expected a KV cache size in GiB above 0")
     check_placement_flags(args, parser)
     return args
 
@@ -254,6 +260,8 @@ def run_overrides(args, data: Path, uri: str, engine_len: int, model_sha: str | 
         "rollout.free_cache_engine=false",
         f"rollout.gpu_memory_utilization={round(args.engine_memory / k, 3)}",
         f"rollout.max_model_len={engine_len}",  # the trainer's engine also runs the final evaluation
+        *([f"+rollout.engine_kwargs.kv_cache_memory_bytes={int(args.engine_kv_gib * 2**30)}"]
+          if args.engine_kv_gib else []),
         f"tracking.uri={uri}", f"tracking.experiment={suite.experiment}",
         *([f"+tracking.tags.{MODEL_SHA_TAG}={model_sha}"] if model_sha else []),
     ]

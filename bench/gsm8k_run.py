@@ -75,6 +75,17 @@ class GpuTurns:
             fcntl.flock(self.main, fcntl.LOCK_UN)
             fcntl.flock(self.gate, fcntl.LOCK_UN)
 
+    @contextmanager
+    def starting(self, kv_cache_sized: bool):
+        """A job's start: exclusive, unless its engine is told its KV cache's size (kv_cache_sized): vLLM then
+        skips the measurement of free memory that other processes disturb, and the start goes beside the steps."""
+        if not kv_cache_sized:
+            with self.exclusive():
+                yield
+            return
+        self.enter_step()
+        yield
+
     def enter_step(self) -> None:
         """Hold the shared turn for the next step, letting a waiting start go first."""
         if self.main is None:
@@ -102,6 +113,11 @@ def wait_for_steady_memory(timeout_s: float = 30.0, tolerance: int = 32 << 20) -
     while time.monotonic() < deadline and (len(readings) < 3 or max(readings[-3:]) - min(readings[-3:]) > tolerance):
         time.sleep(0.5)
         readings.append(torch.cuda.mem_get_info()[0])
+
+
+def kv_cache_sized(config) -> bool:
+    """Whether the job's vLLM engine gets its KV cache's size (kv_cache_memory_bytes) instead of measuring it."""
+    return config.rollout.name == "vllm" and bool(config.rollout.engine_kwargs.get("kv_cache_memory_bytes"))
 
 
 def budget_seconds(finish_by: float | None, reserve_s: float) -> float | None:
@@ -247,7 +263,7 @@ def write_summary(args, **fields) -> None:
 def train_and_evaluate(args, config, turns: GpuTurns) -> None:
     started = time.monotonic()
     trainer_cls = leaderboard_trainer(load_trainer_class(config.trainer.cls), turns)
-    with turns.exclusive():  # model load, FSDP and the engine's start, while nothing else on the GPU moves
+    with turns.starting(kv_cache_sized(config)):  # model load, FSDP and the engine's start
         trainer = trainer_cls(config)
     run_id = trainer.tracking.run_id
     tag_run(config, run_id, {AFTER_EVAL_TAG: "pending"})
@@ -298,7 +314,7 @@ def evaluate_pretrained(args, config, turns: GpuTurns) -> None:
     tokenizer = load_tokenizer(path, config.model.gguf_file, config.model.trust_remote_code)
     device = "cuda" if config.trainer.device == "auto" and torch.cuda.is_available() else config.trainer.device
     device = "cpu" if device == "auto" else device
-    with turns.exclusive():
+    with turns.starting(kv_cache_sized(config)):
         rollout = build_rollout(config, path, tokenizer, lambda: load_causal_lm(
             path, config.model.gguf_file, config.model.trust_remote_code).to(device))
     write_summary(args, setup_s=round(time.monotonic() - started, 1), status="eval")

@@ -162,6 +162,40 @@ def test_a_start_waits_for_the_step_in_flight_and_the_next_step_for_the_start(tm
     assert events == ["step done", "start", "started", "next step"]
 
 
+def test_a_start_whose_kv_cache_is_sized_goes_beside_the_step_in_flight(tmp_path):
+    stepping, starting = worker.GpuTurns(str(tmp_path / "gpu0")), worker.GpuTurns(str(tmp_path / "gpu0"))
+    events = []
+    stepping.enter_step()  # a training step in flight
+
+    def start():
+        with starting.starting(kv_cache_sized=True):
+            events.append("started")
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join(timeout=5)
+    events.append("step done")
+    stepping.leave()
+    starting.leave()
+    assert events == ["started", "step done"]
+
+
+def test_engine_kv_gib_gives_each_engine_its_kv_cache_and_lets_the_starts_overlap(tmp_path):
+    from core.rollout.placement import EnginePlacement
+    from core.rollout.vllm import engine_kwargs
+
+    args = driver.parse_args(["--engine-kv-gib", "1.5"])
+    config = load_config("grpo", driver.run_overrides(args, tmp_path / "data", "file:///store", 2048))
+    assert worker.kv_cache_sized(config)
+    kwargs = engine_kwargs("m", config.rollout, EnginePlacement(0, 1, 1), dtype="bfloat16", seed=0, max_model_len=2048,
+                           dummy_weights=False, cuda=True)
+    assert kwargs["kv_cache_memory_bytes"] == 3 * 2**29
+    plain = load_config("grpo", driver.run_overrides(driver.parse_args([]), tmp_path / "data", "file:///store", 2048))
+    assert not worker.kv_cache_sized(plain)
+    with pytest.raises(SystemExit):
+        driver.parse_args(["--engine-kv-gib", "0"])
+
+
 class LoopTrainer:
     """What LeaderboardTrainer hooks in BaseTrainer.fit: generate, validate, log_step and the tracking."""
 
