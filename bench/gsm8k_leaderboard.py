@@ -20,7 +20,7 @@ each engine that size instead, and a GPU's jobs start side by side (what it save
 stopped_by_budget: stopped on purpose, still counted), validating every --test-freq steps and at the end, and
 evaluates its final policy; --eval-before adds one job that evaluates the pretrained model. A training job also
 validates at step 0, unless that evaluation is the same measurement (a reasoning-gym suite with --eval-before and
---val-samples covering its test set; step_0_from_pretrained says when): then the curves take their step 0 from it
+--val-samples covering its test set; bench/leaderboard_step_zero.py says when): then the curves take their step 0 from it
 and each job is spared that validation (trainer.val_before_train=false). Jobs already done in --out are skipped, so
 an invocation cut short is resumed by running it again (with --redo-stopped, the jobs its time budget stopped early
 run again too, and the merge keeps the run that trained more steps; --eval-before costs nothing once the store
@@ -73,6 +73,7 @@ from bench.leaderboard_schedules import (  # noqa: E402
     run_schedules,
     schedule_overrides,
 )
+from bench.leaderboard_step_zero import step_0_from_pretrained  # noqa: E402
 from bench.leaderboard_suites import SUITES, Suite  # noqa: E402
 from bench.tiny_baselines import VARIANTS  # noqa: E402
 from core.tracking.recipe_readmes import lora_row  # noqa: E402
@@ -148,7 +149,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.overrides = [o for o in overrides if o != "--"]
     args.max_response = args.max_response or SUITES[args.suite].max_response
     args.max_prompt = args.max_prompt or SUITES[args.suite].max_prompt
-    args.step_0_from_pretrained = False  # main decides, once the data is there (step_0_from_pretrained)
+    args.step_0_from_pretrained = False  # main decides once the data is there (leaderboard_step_zero)
     # The jobs run from the repository root: paths given relative to where the user stands are resolved here.
     args.data_dir = str(Path(args.data_dir).resolve())
     args.local_data = args.local_data and str(Path(args.local_data).resolve())
@@ -308,31 +309,6 @@ def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, fin
     run += ["trainer.val_before_train=false"] if args.step_0_from_pretrained and job.variant else []
     run += schedule_overrides(job.schedule)
     return command + ["--", *common, *variant_overrides(variant, args), *run, *args.overrides]
-
-
-def step_0_from_pretrained(args, suite: Suite, common: list[str], data: Path) -> bool:
-    """Whether the pretrained model's evaluation is what a training job would validate at step 0, so that the
-    jobs leave that validation out (seconds on an H100 alone; when jobs share the GPU, most of the
-    `first_validation` in a job's start record is the wait for the others' engine starts, which stays) and the
-    curves take their step 0 from the evaluation (core/tracking/leaderboard.py, with_pretrained_start): the
-    evaluation runs (--eval-before) on the
-    held-out file whole (no --eval-limit), one greedy response a prompt, and the runs validate every problem of
-    it under the same new-token limit. At its defaults the GSM8K suite keeps its step-0 validation: its
-    evaluation gives 512 new tokens to all 1,319 test problems, its runs' validation 384 to the first 256."""
-    from core.config import load_config
-    from core.data.dataset import read_rows
-
-    evaluation = next((s for s in suite.eval_sets if s[1] == suite.val_file), None)
-    if not args.eval_before or args.eval_limit or evaluation is None:
-        return False
-    _, _, n, temperature, _, max_tokens, _ = evaluation
-    # GRPO's config as the jobs get it; no variant's own overrides (variant_overrides) touch validation.
-    config = load_config(VARIANTS["grpo"], [*common, *args.overrides])
-    validated = config.data.val_max_samples
-    return (n == 1 and temperature == 0 == config.rollout.val_temperature and config.rollout.val_n == 1
-            and min(max_tokens, args.eval_max_tokens or max_tokens) == config.data.max_response_length
-            and config.data.truncation == "error"  # any other would drop or cut prompts the evaluation keeps
-            and (validated is None or validated >= len(read_rows(data / suite.val_file))))
 
 
 def stamp() -> str:
