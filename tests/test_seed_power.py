@@ -3,7 +3,13 @@ against figures worked by hand."""
 
 import pytest
 
-from core.tracking.seed_power import pooled_seed_variance, seeds_to_separate, separation_lines, spread_lines
+from core.tracking.seed_power import (
+    pooled_seed_variance,
+    seeds_to_separate,
+    separation_lines,
+    spread_lines,
+    suite_test_set_line,
+)
 
 # Means 0.42 and 0.32, each with sample variance 0.0008. With n seeds each, the difference's standard error is
 # √(2 · 0.0008 / n) = 0.04 / √n, so t = 2.5 √n, and Welch's df = 2 (n − 1).
@@ -41,6 +47,19 @@ def test_the_tables_name_the_best_and_the_task_that_spreads_most():
     lines = separation_lines({"low": LOW, "high": HIGH, "alone": (0.9,)}, "suite mean")
     assert lines[-1] == "| low | 0.320 | 0.100 | 2 | 3 |"
     assert "from the best (high)" in lines[1] and "0.05/1 " in lines[1]
-    spread = spread_lines({"steady": [(0.5, 0.5), (0.2, 0.2)], "noisy": [(0.1, 0.3)], "calm": [(0.40, 0.44)]})
-    # noisy: variance 0.02, calm: 0.0008, steady: 0; shares of 0.0208.
-    assert spread[-3:] == ["| noisy | 0.141 | 96% |", "| calm | 0.028 | 4% |", "| steady | 0.000 | 0% |"]
+    spread = spread_lines({"steady": [(0.5, 0.5), (0.2, 0.2)], "noisy": [(0.1, 0.3)], "calm": [(0.40, 0.44)]},
+                          {"noisy": 50, "calm": 100})
+    # noisy: variance 0.02, calm: 0.0008, steady: 0; shares of 0.0208. From the test's size: noisy
+    # mean(0.1·0.9, 0.3·0.7)/50 = 0.003 of 0.02; calm mean(0.24, 0.2464)/100 = 0.00243, more than its 0.0008.
+    assert spread[-3:] == ["| noisy | 50 | 0.141 | 96% | ≤ 15% |", "| calm | 100 | 0.028 | 4% | ≤ 100% |",
+                           "| steady | — | 0.000 | 0% | — |"]
+
+
+def test_the_suite_line_bounds_what_the_test_sets_size_makes_of_the_seed_spread():
+    # pooled seed variance of the suite mean: (0.005 + 0.005) / 2; from the tests' sizes, two tasks of 100:
+    # (0.5·0.5 / 100 + mean(0.09, 0.21) / 100) / 2² = (0.0025 + 0.0015) / 4 = 0.001, a fifth of it.
+    suite = {"a": (0.2, 0.3), "b": (0.1, 0.2)}
+    per_task = {"t1": [(0.5, 0.5)], "t2": [(0.1, 0.3)]}
+    (line,) = suite_test_set_line(suite, per_task, {"t1": 100, "t2": 100}, "suite mean")[1:]
+    assert "(0.071 std), up to 20% is what its test's size makes (0.032 std)" in line
+    assert suite_test_set_line(suite, per_task, {"t1": 100}, "suite mean") == []  # a task of unknown size

@@ -106,6 +106,7 @@ class BeforeAfter:
     befores: dict[str, dict[EvalColumn, float]]  # model -> the pretrained model's figures
     rows: list[RecipeRow]                     # by model, then best first on the first column
     left_out: list[str] = field(default_factory=list)  # runs not counted, and why
+    test_sizes: dict[str, int] = field(default_factory=dict)  # data source -> prompts its evals scored
 
 
 def eval_grader(data_source: str, protocol: dict) -> tuple[str, str]:
@@ -215,8 +216,10 @@ def build_before_after(runs: list[dict], evals: list[dict]) -> BeforeAfter:
         stats = suite_stats(row, suite) if suite else row.after(first) if first else None
         return row.model, stats is None, -stats.mean if stats else 0.0, row.recipe
 
+    test_sizes = {source: int(figures["num_prompts"]) for entry in evals
+                  for source, figures in entry["results"].items() if source != "all" and figures.get("num_prompts")}
     return BeforeAfter(columns, {column.group: protocols[column.group] for column in columns}, befores,
-                       sorted(rows, key=rank), sorted(left_out.values()))
+                       sorted(rows, key=rank), sorted(left_out.values()), test_sizes)
 
 
 def _column_order(column: EvalColumn) -> tuple:
@@ -446,7 +449,8 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
         suite = suite_columns(section.columns)
-        lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite)) + evidence_lines(rows, suite)
+        lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite))
+        lines += evidence_lines(rows, suite, section.test_sizes)
         lines += schedule_lines(rows, section.columns, schedule_figures.get(model))
         lines += _details(section, rows) if rows else []
         if rows and (plots or {}).get(model):

@@ -11,6 +11,11 @@ figures say how far from a ranking it is:
 - *Each task's seed spread*: the pooled within-recipe variance of its accuracy, Σ (n_r − 1) s_r² / Σ (n_r − 1)
   over the recipes r, and its share of the sum over tasks. The suite mean's variance over seeds is that sum
   over T² plus the tasks' covariances, so a task with a large share is the one that keeps rows from separating.
+- *How much of that spread the test set's size makes*: a policy right on a share p of a task's problems scores
+  on a test of n of them with variance p(1 − p)/n (binomial), so two seeds' policies that are equally good still
+  score apart by that much. Its mean over the runs, against the pooled seed variance, bounds the part a larger
+  test set would remove (at most: seeds that solve the same problems differ less); n times more problems cut that
+  part n-fold at no training cost.
 """
 
 from __future__ import annotations
@@ -71,15 +76,39 @@ def separation_lines(samples: dict[str, tuple[float, ...]], label: str) -> list[
     return lines
 
 
-def spread_lines(per_task: dict[str, list[tuple[float, ...]]]) -> list[str]:
-    """Per task: the pooled seed std of its accuracy and its share of the tasks' summed seed variance."""
+def test_set_variance(samples: list[tuple[float, ...]], problems: int) -> float:
+    """The mean over the runs of p(1 − p)/problems: what a run's accuracy p varies by from its test's size."""
+    scores = [score for values in samples for score in values]
+    return statistics.fmean(score * (1 - score) for score in scores) / problems
+
+
+def spread_lines(per_task: dict[str, list[tuple[float, ...]]], test_sizes: dict[str, int]) -> list[str]:
+    """Per task: the pooled seed std of its accuracy, its share of the tasks' summed seed variance, and the most of
+    its seed variance its test's size (`test_sizes`: problems per task) can explain."""
     variances = {task: var for task, samples in per_task.items() if (var := pooled_seed_variance(samples)) is not None}
     total = sum(variances.values())
     if not variances or total == 0:
         return []
-    lines = ["", "Which tasks make the seed spread: each task's pooled within-recipe seed std and its share of the "
-             "tasks' summed seed variance (seed_power.py).", "",
-             "| task | pooled seed std | share |", "|---|---:|---:|"]
+    lines = ["", "Which tasks make the seed spread: each task's pooled within-recipe seed std, its share of the "
+             "tasks' summed seed variance, and how much of its seed variance the test's size alone could make "
+             "(at most: the runs' mean p(1 − p)/n over its n test problems; seed_power.py).", "",
+             "| task | test problems | pooled seed std | share | from the test's size |", "|---|---:|---:|---:|---:|"]
     for task, var in sorted(variances.items(), key=lambda item: item[1], reverse=True):
-        lines.append(f"| {task} | {math.sqrt(var):.3f} | {var / total:.0%} |")
+        problems = test_sizes.get(task)
+        part = (f"≤ {min(1.0, test_set_variance(per_task[task], problems) / var):.0%}" if problems and var
+                else "—")
+        lines.append(f"| {task} | {problems or '—'} | {math.sqrt(var):.3f} | {var / total:.0%} | {part} |")
     return lines
+
+
+def suite_test_set_line(suite: dict[str, tuple[float, ...]], per_task: dict[str, list[tuple[float, ...]]],
+                        test_sizes: dict[str, int], label: str) -> list[str]:
+    """The most of the suite mean's pooled seed variance the tasks' test sizes can explain: Σ_t p_t(1 − p_t)/n_t
+    over T², the tasks' sampling errors being independent (different problems)."""
+    seed_var = pooled_seed_variance(list(suite.values()))
+    if not seed_var or not per_task or any(not test_sizes.get(task) for task in per_task):
+        return []
+    part = sum(test_set_variance(samples, test_sizes[task]) for task, samples in per_task.items()) / len(per_task) ** 2
+    return ["", f"Of the {label}'s pooled seed variance ({math.sqrt(seed_var):.3f} std), up to "
+            f"{min(1.0, part / seed_var):.0%} is what its test's size makes ({math.sqrt(part):.3f} std): a test "
+            "k times larger cuts that part k-fold, without another seed."]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.ranking import Ranking, rank_by_significance
 from core.tracking.run_export import MODEL_SHA_TAG, LeaderboardError
-from core.tracking.seed_power import separation_lines, spread_lines
+from core.tracking.seed_power import separation_lines, spread_lines, suite_test_set_line
 from core.tracking.seed_stats import SeedStats
 
 # What every row of a section must share (the learning rate is a recipe's own setting: LoRA rows tune theirs).
@@ -114,11 +114,14 @@ def ranking_lines(ranking: Ranking | None) -> list[str]:
     return lines + ["", "</details>"]
 
 
-def evidence_lines(rows: list, columns: list) -> list[str]:
-    """How far the suite's rows are from separating: seeds each would need against the best, and which tasks make
-    the seed spread (seed_power.py). Nothing without suite columns."""
+def evidence_lines(rows: list, columns: list, test_sizes: dict[str, int]) -> list[str]:
+    """How far the suite's rows are from separating: seeds each would need against the best, which tasks make
+    the seed spread and how much of it the test's size makes (seed_power.py; `test_sizes`: problems per task).
+    Nothing without suite columns."""
     if not columns:
         return []
     per_task = {column.data_source: [stats.values for row in rows if (stats := row.after(column))]
                 for column in columns}
-    return separation_lines(suite_samples(rows, columns), SUITE_MEAN) + spread_lines(per_task)
+    suite = suite_samples(rows, columns)
+    return (separation_lines(suite, SUITE_MEAN) + spread_lines(per_task, test_sizes)
+            + suite_test_set_line(suite, per_task, test_sizes, SUITE_MEAN))
