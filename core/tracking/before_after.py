@@ -17,6 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.reward.reasoning_gym import is_reasoning_gym
+from core.tracking.eval_columns import (
+    EvalColumn,
+    column_protocols,
+    eval_columns,
+    param_number,
+    scored_sources,
+)
 from core.tracking.run_export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
 from core.tracking.schedules import schedule_lines, schedule_plots, schedule_records
 from core.tracking.seed_stats import SeedStats
@@ -32,22 +39,9 @@ from core.tracking.suite_rank import (
     suite_stats,
 )
 
-GSM8K_STRICT = "gsm8k strict `#### N`"
-GSM8K_FLEXIBLE = "gsm8k flexible (last number)"
-MATH_VERIFY = "math_verify on the last `\\boxed{}`"
-REASONING_GYM_VERIFIER = ("the task's own reasoning-gym verifier (`score_answer`) on the last `<answer>…</answer>`, "
-                          "else on the last line (core/reward/reasoning_gym.py); correct = full score")
 # The budget every run of a section should share, stated above its table (config keys, as logged).
 BUDGET_KEYS = ("trainer.total_steps", "data.train_batch_size", "rollout.n", "data.max_response_length",
                "data.max_prompt_length", "rollout.temperature", "actor.lr")
-
-
-def _number(text: Any) -> float | None:
-    """A param string as a number; None for 'None'/'null'/missing (also 0 samples = all, like the loader)."""
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return None
 
 
 def _md(text: Any) -> str:
@@ -56,23 +50,6 @@ def _md(text: Any) -> str:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
-
-
-@dataclass(frozen=True)
-class EvalColumn:
-    """One before -> after column: a data source's figure under one grader."""
-
-    data_source: str
-    metric: str   # mean@n or pass@k
-    grader: str   # short: strict, flexible, math_verify, custom
-
-    @property
-    def name(self) -> str:
-        return f"{self.data_source} {self.metric} ({self.grader})"
-
-    @property
-    def group(self) -> tuple[str, str]:
-        return self.data_source, self.grader
 
 
 @dataclass
@@ -109,79 +86,9 @@ class BeforeAfter:
     test_sizes: dict[str, int] = field(default_factory=dict)  # data source -> prompts its evals scored
 
 
-def eval_grader(data_source: str, protocol: dict) -> tuple[str, str]:
-    """(short, long) name of the grader `recipezoo eval` used for `data_source` (core/reward/manager.py)."""
-    from core.reward.manager import GSM8K_SOURCES, MATH_SOURCES
-
-    custom = protocol.get("grader.custom_function")
-    if custom not in (None, "", "None"):
-        return "custom", f"custom function {custom}"
-    if data_source in GSM8K_SOURCES:
-        method = protocol.get("grader.gsm8k_method") or "strict"
-        return method, GSM8K_STRICT if method == "strict" else GSM8K_FLEXIBLE
-    if data_source in MATH_SOURCES:
-        return "math_verify", MATH_VERIFY
-    if is_reasoning_gym(data_source):
-        return "verifier", REASONING_GYM_VERIFIER
-    return "unregistered", f"unregistered for data_source {data_source!r}"
-
-
-def _eval_columns(entry: dict) -> dict[EvalColumn, float]:
-    """The figures an eval run reports, per column: mean@n, and pass@n when n > 1."""
-    values = {}
-    for source, figures in entry["results"].items():
-        if source == "all" or not figures.get("num_prompts"):
-            continue
-        n = int(round(figures["num_samples"] / figures["num_prompts"]))
-        grader = eval_grader(source, entry["protocol"])[0]
-        for metric in (f"mean@{n}", f"pass@{n}") if n > 1 else (f"mean@{n}",):
-            if metric in figures:
-                values[EvalColumn(source, metric, grader)] = figures[metric]
-    return values
-
-
-def eval_protocol_line(entry: dict, data_source: str, with_count: bool = True) -> str:
-    """How `entry` evaluated `data_source`, in one line a reader can check (without the prompt count:
-    what two evals must share to sit in one column)."""
-    protocol = entry["protocol"]
-    max_samples = _number(protocol.get("generation.max_samples"))
-    if with_count:
-        prompts = int(entry["results"][data_source]["num_prompts"])
-        selection = f"first {prompts} prompts" if max_samples else f"all {prompts} prompts"
-    else:
-        selection = f"first {max_samples:g} prompts" if max_samples else "all prompts"
-    n = protocol.get("generation.n") or "?"
-    temperature = _number(protocol.get("generation.temperature"))
-    top_p = _number(protocol.get("generation.top_p"))
-    sampling = ("temperature not logged" if temperature is None else "greedy" if temperature == 0
-                else f"temperature {temperature:g}, top-p {1 if top_p is None else top_p:g}")
-    top_k = _number(protocol.get("generation.top_k"))
-    if top_k and temperature:
-        sampling += f", top-k {top_k:g}"
-    return (f"{data_source}: {selection} × {n} response{'s' if n != '1' else ''}, {sampling}, "
-            f"≤ {protocol.get('generation.max_tokens')} new tokens, prompts ≤ "
-            f"{protocol.get('generation.max_prompt_length')} tokens ({protocol.get('generation.rollout')} rollout); "
-            f"grader {eval_grader(data_source, protocol)[1]}")
-
-
-def _column_protocols(evals: list[dict]) -> dict[tuple[str, str], str]:
-    """(data source, grader) -> its protocol line; raises when two evals of one column differ."""
-    seen: dict[tuple[str, str], tuple[str, str, dict]] = {}  # group -> (comparable, line, first entry)
-    for entry in evals:
-        for column in _eval_columns(entry):
-            comparable = eval_protocol_line(entry, column.data_source, with_count=False)
-            first = seen.setdefault(column.group, (comparable, eval_protocol_line(entry, column.data_source), entry))
-            if first[0] != comparable:
-                raise LeaderboardError(
-                    f"before -> after column {column.name}: eval runs {first[2]['run_id']} and {entry['run_id']} used "
-                    f"different protocols, which must not share a column:\n  {first[0]}\n  {comparable}\n"
-                    "Evaluate every model of the column alike, or delete the odd eval run (`mlflow runs delete`).")
-    return {group: line for group, (_, line, _) in seen.items()}
-
-
 def build_before_after(runs: list[dict], evals: list[dict]) -> BeforeAfter:
     """One row per (recipe, model) whose training runs `after` evals name; the model's `before` evals."""
-    protocols = _column_protocols(evals)
+    protocols = column_protocols(evals)
     runs_by_id = {run["run_id"]: run for run in runs}
     per_run: dict[str, EvalRow] = {}
     left_out: dict[str, str] = {}
@@ -204,7 +111,7 @@ def build_before_after(runs: list[dict], evals: list[dict]) -> BeforeAfter:
         groups.setdefault((row.model, row.recipe), []).append(row)
     for (model, recipe), members in groups.items():
         check_unique_seeds(recipe, model, [member.train_run for member in members])
-    columns = sorted({column for entry in evals for column in _eval_columns(entry)}, key=_column_order)
+    columns = sorted({column for entry in evals for column in eval_columns(entry)}, key=_column_order)
     rows = [RecipeRow(recipe, model, sorted(members, key=lambda r: str(r.train_run["seed"])))
             for (model, recipe), members in groups.items()]
     for model in {row.model for row in rows}:
@@ -217,7 +124,7 @@ def build_before_after(runs: list[dict], evals: list[dict]) -> BeforeAfter:
         return row.model, stats is None, -stats.mean if stats else 0.0, row.recipe
 
     test_sizes = {source: int(figures["num_prompts"]) for entry in evals
-                  for source, figures in entry["results"].items() if source != "all" and figures.get("num_prompts")}
+                  for source, figures in scored_sources(entry).items()}
     return BeforeAfter(columns, {column.group: protocols[column.group] for column in columns}, befores,
                        sorted(rows, key=rank), sorted(left_out.values()), test_sizes)
 
@@ -234,7 +141,7 @@ def _column_order(column: EvalColumn) -> tuple:
 
 
 def _fill(cells: dict[EvalColumn, float], entry: dict, who: str) -> None:
-    for column, value in _eval_columns(entry).items():
+    for column, value in eval_columns(entry).items():
         if column in cells:
             raise LeaderboardError(f"{who}: {column.name} is reported by more than one eval run (one is "
                                    f"{entry['run_id']}); delete the superseded one with `mlflow runs delete --run-id ID`")
@@ -362,7 +269,7 @@ def _intro(rows: list[RecipeRow]) -> list[str]:
                      "with the right N, F for `#### N` with a wrong N, else 0; `overlong buffer L`: DAPO's length "
                      "penalty over the last L tokens before the response limit. The evaluation's graders below give no "
                      "format credit.")
-    if not suite and any((_number(run["params"].get("reward.format_score")) or 0) > 0 for run in runs):
+    if not suite and any((param_number(run["params"].get("reward.format_score")) or 0) > 0 for run in runs):
         lines.append("- Why a format score: a pretrained model this small is almost never right at first, so a reward "
                      "of right answers alone is all zeros; credit for a well-formed `#### N` gives it a signal to "
                      "learn the answer format from first (published GSM8K recipes use 0.1).")

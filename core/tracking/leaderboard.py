@@ -11,7 +11,7 @@ Outputs (all deterministic: the same export gives byte-identical files):
 
 Exports with `evals` add a section per pretrained model (before_after.py: before -> after RL, mean,
 std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/ (one figure per model; a run that did not
-validate at step 0 starts at the pretrained model's evaluation, with_pretrained_start); the training runs
+validate at step 0 starts at the pretrained model's evaluation, eval_columns.with_pretrained_start); the training runs
 it shows appear only there, not in the tiny-task table. Rows whose runs call tools get a before -> after
 section of their own too (tool_use_section.py). Written into the repository's own results/, the
 leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
@@ -32,19 +32,16 @@ from typing import Any
 
 from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.before_after import (
-    GSM8K_STRICT,
     BeforeAfter,
-    _eval_columns,
     _md,
-    _number,
     _round,
     before_after_records,
     build_before_after,
-    eval_grader,
     format_tokens,
     render_before_after,
 )
 from core.tracking.console import format_duration
+from core.tracking.eval_columns import GSM8K_STRICT, param_number, with_pretrained_start
 from core.tracking.recipe_readmes import update_recipe_readmes, update_tool_use_readmes
 from core.tracking.run_export import (
     AFTER_EVAL_TAG,
@@ -132,9 +129,9 @@ def task_protocol(run: dict, task: str) -> dict[str, str]:
     params = run["params"]
     files = params.get("data.val_files") or "not logged"
     max_samples, val_n = params.get("data.val_max_samples"), params.get("rollout.val_n") or "?"
-    prompts = f"first {max_samples} prompts" if _number(max_samples) else "all prompts"
-    temperature = _number(params.get("rollout.val_temperature"))
-    top_p = _number(params.get("rollout.top_p"))
+    prompts = f"first {max_samples} prompts" if param_number(max_samples) else "all prompts"
+    temperature = param_number(params.get("rollout.val_temperature"))
+    top_p = param_number(params.get("rollout.top_p"))
     return {
         "dataset": f"{task} ({files})",
         "split": _split(files),
@@ -369,44 +366,6 @@ def plot_pretrained_curves(section: BeforeAfter, model: str, path: Path, befores
         panels = [(SUITE_CURVE_KEY, "held-out reasoning-gym suite mean during training (greedy, every test problem)")]
     return plot_seed_curves(series, panels + [(TRAIN_REWARD_KEY, f"training reward ({TRAIN_REWARD_KEY})")], path,
                             title=f"{model}: mean over seeds, shaded ±1 std")
-
-
-def with_pretrained_start(run: dict, befores: list[dict]) -> dict:
-    """`run` with a step-0 point on each held-out history that lacks one (a leaderboard job run with
-    trainer.val_before_train=false), from the pretrained model's evaluation (`pretrained_starts`). A run that
-    validated at step 0 keeps its own point: every committed run did."""
-    starts = pretrained_starts(run, befores)
-    added = {key: [[0, starts[key]], *points] for key, points in run["history"].items()
-             if key in starts and points and points[0][0] != 0}
-    return {**run, "history": {**run["history"], **added}} if added else run
-
-
-def pretrained_starts(run: dict, befores: list[dict]) -> dict[str, float]:
-    """What `run` would have validated at step 0, from the `before` evaluations of its model: val/<source>/acc is
-    <source>'s mean@1 under the grader the run validates with (core/trainer/validation.py reports mean@n as
-    acc). The suite mean follows from its tasks (with_suite_history); val/acc has no history to fill."""
-    params = run["params"]
-    grading = {"grader.gsm8k_method": params.get("reward.gsm8k_method"),
-               "grader.custom_function": params.get("reward.custom_function.path")}
-    starts = {}
-    for entry in befores:
-        if validated_alike(params, entry):
-            starts |= {f"val/{column.data_source}/acc": value for column, value in _eval_columns(entry).items()
-                       if column.metric == "mean@1" and column.grader == eval_grader(column.data_source, grading)[0]}
-    return starts
-
-
-def validated_alike(params: dict, entry: dict) -> bool:
-    """Whether the evaluation `entry` measured what a run of `params` validates: one greedy response to every
-    prompt the run validates (none capped away by --eval-limit), under the run's new-token limit. GSM8K's
-    evaluation is not: 512 new tokens to all 1,319 problems against the runs' 384 to the first 256."""
-    protocol = entry["protocol"]
-    prompts = sum(figures["num_prompts"] for source, figures in entry["results"].items() if source != "all")
-    validated = _number(params.get("data.val_max_samples"))  # None: all
-    return (protocol.get("generation.n") == "1" == params.get("rollout.val_n")
-            and _number(protocol.get("generation.temperature")) == 0 == _number(params.get("rollout.val_temperature"))
-            and _number(protocol.get("generation.max_tokens")) == _number(params.get("data.max_response_length"))
-            and _number(protocol.get("generation.max_samples")) is None and (validated is None or validated >= prompts))
 
 
 def _display(path: str | Path) -> str:
