@@ -15,7 +15,9 @@ per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: 
 9.4-12.5 s a step each against 8.7-9.1 s alone (about 1.6x the steps per second), three took 14.3-18.3 s and four
 27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/gsm8k_leaderboard/README.md,
 2026-11-25). Those starts wait because vLLM measures the free memory to size its KV cache; --engine-kv-gib gives
-each engine that size instead, and a GPU's jobs start side by side (what it saves is not measured yet). A job trains one
+each engine that size instead, and a GPU's jobs start side by side: 8 SmolLM2 jobs on 2 H200s, 4 a GPU, took 83 s
+to start together with cold compile caches, 33-48 s once warm, where 3 a GPU without it on H100s took up to 3m09s
+(results/reasoning_gym_open_long/reasoning_gym_open/README.md, 2026-11-27). A job trains one
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
 stopped_by_budget: stopped on purpose, still counted), validating every --test-freq steps and at the end, and
 evaluates its final policy; --eval-before adds one job that evaluates the pretrained model. A training job also

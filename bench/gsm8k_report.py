@@ -314,7 +314,9 @@ def render_readme(invocations: list[dict], counted_ids: set[str], regenerate: st
         lines.append(f"| {record['started']} | `{record['command']}` | {devices} | {record['runs_per_gpu']} | "
                      f"{_seconds(record['wall_s'])} | {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))} | "
                      f"{in_table} |")
-    lines += ["", "## Jobs", "", "Setup: model, trainer and engine start (one at a time per GPU); s/step while sharing "
+    starts = ("one at a time per GPU, side by side with --engine-kv-gib"
+              if any("--engine-kv-gib" in record["command"] for record in invocations) else "one at a time per GPU")
+    lines += ["", "## Jobs", "", f"Setup: model, trainer and engine start ({starts}); s/step while sharing "
               "the GPU, mean (in brackets: median after the first step, which also pays one-time compilation). "
               "A crashed job is not counted; `skipped` was done by an earlier invocation; `replaced`: a later run of "
               "its recipe and seed counts instead.", "",
