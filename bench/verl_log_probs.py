@@ -144,7 +144,10 @@ def main(argv=None) -> int:
     parser.add_argument("--temperature", type=float, default=1.0, help="the rollout's; both shapes sample at 1.0")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    batch = load_batch(Path(args.batch))
+    try:
+        batch = load_batch(Path(args.batch))
+    except (OSError, ValueError) as error:  # a missing or foreign file: one line, not a traceback
+        parser.error(f"--batch {args.batch}: {error}")
     single_process_world()
     config = actor_config(args.shape, str(Path(args.model_dir).resolve()), packing_on(args.packing), args.fp32)
     log_probs = verl_old_log_probs(batch, config, args.temperature)

@@ -119,7 +119,10 @@ def main(argv=None) -> int:
     parser.add_argument("--verl-log-probs", help="verl's (B, T_resp) old log-probs of the batch (torch.save'd)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    batch = load_batch(Path(args.batch))
+    try:
+        batch = load_batch(Path(args.batch))
+    except (OSError, ValueError) as error:  # a missing or foreign file: one line, not a traceback
+        parser.error(f"--batch {args.batch}: {error}")
     ours = {"old_log_probs": ours_log_probs(batch, args.model_dir, args.device, args.micro_batch_tokens)}
     ours |= ours_losses(batch, ours["old_log_probs"])
     verl = {"old_log_probs": torch.load(args.verl_log_probs, weights_only=True)} if args.verl_log_probs else {}

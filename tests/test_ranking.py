@@ -85,7 +85,7 @@ def test_suite_mean_and_ranks(suite):
     section = build_before_after(*suite)
     assert [row.recipe for row in section.rows] == ["grpo", "rloo", "ppo"]
     markdown = "\n".join(render_before_after(section))
-    assert "## reasoning-gym suite, pretrained model `m`" in markdown
+    assert "## reasoning-gym suite of 2 tasks (products, syllogism), pretrained model `m`" in markdown
     assert "| recipe | seeds | suite mean | rank | reasoning_gym/products mean@1 (verifier) |" in markdown
     # grpo: per-seed suite means 0.70, 0.72, 0.725 -> 0.715; the model before: (0.5 + 0.2) / 2 = 0.35
     assert "| grpo | 3 | 0.350 → 0.715 ± 0.013 [0.682, 0.748] ↑ | 1 |" in markdown

@@ -93,3 +93,15 @@ def test_verls_advantages_and_loss_equal_ours_on_the_same_batch(saved):
     diffs = numerics.compare(batch, numerics.ours_losses(batch, old), numerics.verl_losses(batch, old))
     assert set(diffs) == {"advantages", "pg_loss", "pg_loss_perturbed"}
     assert max(diffs.values()) < 1e-6, diffs
+
+
+def test_a_batch_file_that_is_missing_or_not_a_saved_batch_is_one_line(tmp_path, capsys):
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"input_ids": torch.zeros(1, 2)}, foreign)
+    for path, expected in ((tmp_path / "absent.pt", "No such file"), (foreign, "lacks ['attention_mask'")):
+        with pytest.raises(SystemExit) as exit_info:
+            numerics.main(["--batch", str(path), "--model-dir", str(tmp_path), "--out", str(tmp_path / "o.json")])
+        assert exit_info.value.code == 2
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"error: --batch {path}: " in error and expected in error, error
+    assert not (tmp_path / "o.json").exists()

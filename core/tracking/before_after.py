@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.reward.reasoning_gym import is_reasoning_gym
+from core.reward.reasoning_gym import is_reasoning_gym, task_name
 from core.tracking.eval_columns import (
     EvalColumn,
     column_protocols,
@@ -198,8 +198,9 @@ def row_costs(row: RecipeRow) -> dict[str, Any]:
 
 # ---- rendering -------------------------------------------------------------------------------------------
 
-def _training_task(rows: list[RecipeRow]) -> str:
-    """`GSM8K` when the runs validated on a GSM8K source (their held-out curve), else that source."""
+def _training_task(rows: list[RecipeRow], suite: list[EvalColumn]) -> str:
+    """`GSM8K` when the runs validated on a GSM8K source (their held-out curve), else that source; a reasoning-gym
+    suite by its evaluated tasks (`suite`), which tell the suites apart."""
     from core.reward.manager import GSM8K_SOURCES
 
     sources = sorted({key[len("val/"):-len("/acc")] for row in rows for member in row.runs
@@ -208,7 +209,8 @@ def _training_task(rows: list[RecipeRow]) -> str:
     if not sources:
         return "RL"
     if is_reasoning_gym(sources[0]):
-        return "reasoning-gym suite"
+        tasks = [task_name(column.data_source) for column in suite]
+        return f"reasoning-gym suite of {len(tasks)} tasks ({', '.join(tasks)})" if tasks else "reasoning-gym suite"
     return "GSM8K" if sources[0] in GSM8K_SOURCES else sources[0]
 
 
@@ -352,10 +354,10 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
     lines, schedule_figures = [], schedule_plots(section)
     for model in sorted(set(section.befores) | {row.model for row in section.rows}):
         rows = [row for row in section.rows if row.model == model]
-        lines += ["", f"## {_training_task(rows)}, pretrained model `{model}`"]
+        suite = suite_columns(section.columns)
+        lines += ["", f"## {_training_task(rows, suite)}, pretrained model `{model}`"]
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
-        suite = suite_columns(section.columns)
         lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite))
         lines += evidence_lines(rows, suite, section.test_sizes)
         lines += schedule_lines(rows, section.columns, schedule_figures.get(model))
