@@ -26,7 +26,9 @@ validates at step 0, unless that evaluation is the same measurement (a reasoning
 and each job is spared that validation (trainer.val_before_train=false). Jobs already done in --out are skipped, so
 an invocation cut short is resumed by running it again (with --redo-stopped, the jobs its time budget stopped early
 run again too, and the merge keeps the run that trained more steps; --eval-before costs nothing once the store
-holds the pretrained model's evaluation). A job that crashes is reported with its log's tail and never counted.
+holds the pretrained model's evaluation). A job that crashes is reported with its log's tail and never counted;
+one killed by a SIGKILL the driver did not send is named so, with the host's lowest available memory, which the
+heartbeat line shows (bench/leaderboard_host.py).
 
 --out DIR gets mlruns/ (the store), runs.json (its export), leaderboard.md (its section), logs/, work/ and
 invocations/ (how each invocation ran, for --merge's README).
@@ -68,6 +70,7 @@ from bench.gsm8k_report import (  # noqa: E402
     tag_gpu_time,
 )
 from bench.leaderboard_gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
+from bench.leaderboard_host import HostMemory  # noqa: E402
 from bench.leaderboard_schedules import (  # noqa: E402
     add_schedule_args,
     check_placement_flags,
@@ -101,6 +104,8 @@ class Job:
     log: Path | None = None
     status: str = "queued"        # queued, running, done, stopped, crashed, not started
     summary: dict = field(default_factory=dict)
+    killed_by_driver: bool = False  # past its hard limit (stop)
+    error: str | None = None        # a crash's cause where its log names none
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -346,7 +351,8 @@ def last_step(path: Path) -> str:
     return f"step {steps[-1]}" if steps else "generating" if "generated " in tail else "starting"
 
 
-def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str, str], experiment: str) -> None:
+def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str, str], experiment: str,
+               host: HostMemory) -> None:
     """Record how the job ended, print it (a crash loudly, with its log's tail), charge its GPU time."""
     import json
 
@@ -364,8 +370,10 @@ def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str
     job.status = "crashed"
     if job.variant is None:  # the pretrained model is evaluated once: partial figures would block a rerun
         discard_before_evals(uri, experiment, job.started)
+    job.error = host.killed_reason(code, job.killed_by_driver)
     print(f"[{stamp()}] CRASHED {job.name} (exit {code}, after {took}); it is not counted. "
-          f"Last {LOG_TAIL_LINES} lines of {job.log}:\n{log_tail(job.log)}", flush=True)
+          + (f"It was {job.error}. " if job.error else "")
+          + f"Last {LOG_TAIL_LINES} lines of {job.log}:\n{log_tail(job.log)}", flush=True)
 
 
 def describe(summary: dict) -> str:
@@ -387,6 +395,7 @@ def describe(summary: dict) -> str:
 def stop(job: Job) -> None:
     """Past its hard limit: Ctrl-C (the run ends KILLED), then SIGKILL."""
     print(f"[{stamp()}] {job.name} is past the time limit; stopping it (its runs are not counted)", flush=True)
+    job.killed_by_driver = True
     job.process.send_signal(2)
     try:
         job.process.wait(timeout=20)
@@ -401,12 +410,13 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
     A queued job starts only with the time a job needs left before the deadline: --min-job-s, or the
     longest a job of this invocation took to finish every step, if longer (a run stopped short of the
     budget is a weaker row than one not started, which a rerun will make whole)."""
-    queue, running, beat = [job for job in jobs if job.status == "queued"], [], time.time()
+    queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
     needed_s = args.min_job_s or args.reserve_s + MIN_TRAIN_S
     while queue or running:
+        host.sample()
         for job in [job for job in running if job.process.poll() is not None]:
             running.remove(job)
-            finish_job(job, jobs, out, uri, devices, SUITES[args.suite].experiment)
+            finish_job(job, jobs, out, uri, devices, SUITES[args.suite].experiment, host)
             if job.status == "done" and job.variant is not None:
                 needed_s = max(needed_s, job.ended - job.started)
         for job in running:
@@ -429,7 +439,8 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             running.append(job)
         if running and time.time() - beat >= 60:
             beat = time.time()
-            print(f"[{stamp()}] running: " + ", ".join(f"{job.name} {last_step(job.log)}" for job in running), flush=True)
+            print(f"[{stamp()}] running: " + ", ".join([f"{job.name} {last_step(job.log)}" for job in running]
+                                                       + ([host.text()] if host.text() else [])), flush=True)
         time.sleep(1)
 
 

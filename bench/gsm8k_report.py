@@ -152,7 +152,8 @@ def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: 
                        "exit": job.process.returncode if job.process else None,
                        "seconds": round(job.ended - job.started, 1) if job.ended else None,
                        "log": str(job.log.relative_to(out)) if job.log else None,
-                       **{key: job.summary.get(key) for key in SUMMARY_KEYS}} for job in jobs]
+                       **{key: job.summary.get(key) for key in SUMMARY_KEYS},
+                       **({"error": job.error} if job.error else {})} for job in jobs]
     with_crash_reasons(record, out)
     # The out dir's name too: two invocations started in the same second (one per GPU) keep a record each.
     started = time.strftime('%Y%m%d-%H%M%S', time.localtime(record['started_unix']))
