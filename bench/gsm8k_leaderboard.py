@@ -16,7 +16,7 @@ per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: 
 27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/gsm8k_leaderboard/README.md,
 2026-11-25). Those starts wait because vLLM measures the free memory to size its KV cache; --engine-kv-gib gives
 each engine that size instead, and a GPU's jobs start side by side: 8 SmolLM2 jobs on 2 H200s, 4 a GPU, took 83 s
-to start together with cold compile caches, 33-48 s once warm, where 3 a GPU without it on H100s took up to 3m09s
+to start together with cold compile caches, 32-48 s once warm, where 3 a GPU without it on H100s took up to 3m09s
 (results/reasoning_gym_open_long/reasoning_gym_open/README.md, 2026-11-27). A job trains one
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
 stopped_by_budget: stopped on purpose, still counted), validating every --test-freq steps and at the end, and
