@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.reward.reasoning_gym import is_reasoning_gym, task_name
+from core.tracking.curve_flatness import flatness_lines
 from core.tracking.eval_columns import (
     EvalColumn,
     column_protocols,
@@ -359,7 +360,7 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
         lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite))
-        lines += evidence_lines(rows, suite, section.test_sizes)
+        lines += evidence_lines(rows, suite, section.test_sizes) + (flatness_lines(rows) if suite else [])
         lines += schedule_lines(rows, section.columns, schedule_figures.get(model))
         lines += _details(section, rows) if rows else []
         if rows and (plots or {}).get(model):

@@ -54,7 +54,7 @@ from core.tracking.run_export import (
 )
 from core.tracking.schedules import write_schedule_plots
 from core.tracking.seed_stats import SeedStats, plot_seed_curves
-from core.tracking.suite_rank import with_suite_history
+from core.tracking.suite_rank import SUITE_CURVE_KEY, with_suite_history
 from core.tracking.tool_use_section import ToolUseSection, build_tool_use, render_tool_use, tool_use_records
 
 # data_source -> how its accuracy is graded (core/reward/manager.py's scorers; GSM8K is verl-compatible).
@@ -228,9 +228,6 @@ def pretrained_plots(section: BeforeAfter) -> dict[str, str]:
     """Each pretrained model's curves, under the out dir: one figure per model, as the rows of different
     models are never compared (and one legend of every model's rows would hide the curves)."""
     return per_model_paths(PRETRAINED_PLOT, sorted({row.model for row in section.rows}))
-
-
-SUITE_CURVE_KEY = "val/suite mean"
 
 
 def plot_name(task: str) -> str:

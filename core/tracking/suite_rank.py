@@ -21,6 +21,7 @@ from core.tracking.seed_stats import SeedStats
 COMPARED_BUDGET_KEYS = ("trainer.total_steps", "data.train_batch_size", "rollout.n", "data.max_response_length",
                         "data.max_prompt_length", "rollout.temperature")
 SUITE_MEAN = "suite mean"
+SUITE_CURVE_KEY = "val/suite mean"  # the history with_suite_history adds
 
 
 def suite_columns(columns: list) -> list:
