@@ -63,6 +63,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.gsm8k_report import (  # noqa: E402
     discard_before_evals,
+    earlier_job_seconds,
     finish_invocation,
     jobs_to_run,
     merge_outputs,
@@ -408,10 +409,12 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
              devices: dict[str, str]) -> None:
     """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute.
     A queued job starts only with the time a job needs left before the deadline: --min-job-s, or the
-    longest a job of this invocation took to finish every step, if longer (a run stopped short of the
-    budget is a weaker row than one not started, which a rerun will make whole)."""
+    longest a job of this or an earlier invocation in --out (the same steps, jobs per GPU and GPUs) took to
+    finish every step, if longer (a run stopped short of the budget is a weaker row than one not started,
+    which a rerun will make whole)."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
-    needed_s = args.min_job_s or args.reserve_s + MIN_TRAIN_S
+    needed_s = max(args.min_job_s or args.reserve_s + MIN_TRAIN_S,
+                   earlier_job_seconds(out, args.steps, args.runs_per_gpu, set(devices.values())))
     while queue or running:
         host.sample()
         for job in [job for job in running if job.process.poll() is not None]:

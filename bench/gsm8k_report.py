@@ -142,6 +142,20 @@ def with_crash_reasons(record: dict, out: Path) -> dict:
     return record
 
 
+def earlier_job_seconds(out: Path, steps: int, runs_per_gpu: int, device_names: set[str]) -> float:
+    """The longest a training job of an earlier invocation in `out` took to finish all its `steps` with as many
+    jobs per GPU on the same kind of GPUs (0 without one): what a job of the same kind will need again."""
+    longest = 0.0
+    for path in (out / "invocations").glob("*.json"):
+        record = json.loads(path.read_text())
+        if record.get("runs_per_gpu") != runs_per_gpu or set(record.get("devices", {}).values()) != device_names:
+            continue
+        for job in record["jobs"]:
+            if job["status"] == "done" and job.get("recipe") and job.get("steps") == steps and job.get("seconds"):
+                longest = max(longest, job["seconds"])
+    return longest
+
+
 def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: dict) -> int:
     """Export, leaderboard, this invocation's record; one line per job status. Exit 1 if a job crashed."""
     record["wall_s"] = round(time.time() - record["started_unix"], 1)

@@ -554,6 +554,32 @@ def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
     assert load_config("grpo", command[command.index("--") + 1:]).trainer.num_threads == 3
 
 
+def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_job_took(tmp_path, monkeypatch, capsys):
+    """An earlier invocation in --out ran a job of 40 steps, 4 a GPU on the same GPUs, in 451 s: with 400 s left a
+    new job would be stopped short, so it is not started; other steps, jobs per GPU or GPUs say nothing."""
+    from bench.gsm8k_report import earlier_job_seconds
+
+    def record(name, runs_per_gpu, device, jobs):
+        (tmp_path / "invocations").mkdir(exist_ok=True)
+        (tmp_path / "invocations" / name).write_text(json.dumps(
+            {"runs_per_gpu": runs_per_gpu, "devices": {"0": device, "1": device}, "jobs": jobs}))
+
+    done = {"status": "done", "recipe": "grpo_passk", "steps": 40, "seconds": 451.2}
+    record("a.json", 4, "H200", [done, {**done, "seconds": 300.0}, {**done, "status": "stopped", "seconds": 900},
+                                 {**done, "recipe": None, "seconds": 800}, {**done, "steps": 16, "seconds": 700}])
+    record("b.json", 3, "H200", [{**done, "seconds": 999}])  # another K
+    record("c.json", 4, "H100", [{**done, "seconds": 998}])  # other GPUs
+    assert earlier_job_seconds(tmp_path, 40, 4, {"H200"}) == 451.2
+    assert earlier_job_seconds(tmp_path, 80, 4, {"H200"}) == 0.0
+    started = []
+    monkeypatch.setattr(driver, "start_job", lambda job, *rest: started.append(job.name))
+    args = driver.parse_args(["--runs-per-gpu", "4", "--min-job-s", "250", "--steps", "40"])
+    jobs = [driver.Job("gspo-seed3", "gspo", 3)]
+    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {"0": "H200"})
+    assert started == [] and jobs[0].status == "not started"
+    assert "(a job needs 451 s)" in capsys.readouterr().out
+
+
 def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
     from bench.gsm8k_report import crash_reason, with_crash_reasons
 
