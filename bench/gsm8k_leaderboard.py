@@ -408,13 +408,13 @@ def stop(job: Job) -> None:
 def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], command_of, deadline: float | None,
              devices: dict[str, str]) -> None:
     """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute.
-    A queued job starts only with the time a job needs left before the deadline: --min-job-s, or the
-    longest a job of this or an earlier invocation in --out (the same steps, jobs per GPU and GPUs) took to
-    finish every step, if longer (a run stopped short of the budget is a weaker row than one not started,
-    which a rerun will make whole)."""
+    A queued job starts only with the time it needs left before the deadline: --min-job-s, or the longest
+    a job of this invocation took to finish every step, or one of its recipe in an earlier invocation in --out
+    (the same steps, jobs per GPU and GPUs), if longer (a run stopped short of the budget is a weaker row than
+    one not started, which a rerun will make whole)."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
-    needed_s = max(args.min_job_s or args.reserve_s + MIN_TRAIN_S,
-                   earlier_job_seconds(out, args.steps, args.runs_per_gpu, set(devices.values())))
+    needed_s = args.min_job_s or args.reserve_s + MIN_TRAIN_S
+    earlier = earlier_job_seconds(out, args.steps, args.runs_per_gpu, set(devices.values()))  # recipe -> s
     while queue or running:
         host.sample()
         for job in [job for job in running if job.process.poll() is not None]:
@@ -429,14 +429,13 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             gpu = free_gpus(queue[0].schedule.gpus, running, gpus, args.runs_per_gpu)
             if gpu is None:
                 break
-            if deadline is not None and deadline - time.time() < needed_s:
-                for job in queue:
-                    job.status = "not started"
-                    print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s "
-                          f"(a job needs {needed_s:.0f} s)", flush=True)
-                queue.clear()
-                break
             job = queue.pop(0)
+            needs = max(needed_s, earlier.get(job.variant, 0.0))
+            if deadline is not None and deadline - time.time() < needs:
+                job.status = "not started"
+                print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s "
+                      f"(it needs {needs:.0f} s)", flush=True)
+                continue
             job.gpu = gpu
             start_job(job, command_of(job), out, sum(job.gpu == other.gpu for other in running))
             running.append(job)

@@ -142,17 +142,17 @@ def with_crash_reasons(record: dict, out: Path) -> dict:
     return record
 
 
-def earlier_job_seconds(out: Path, steps: int, runs_per_gpu: int, device_names: set[str]) -> float:
-    """The longest a training job of an earlier invocation in `out` took to finish all its `steps` with as many
-    jobs per GPU on the same kind of GPUs (0 without one): what a job of the same kind will need again."""
-    longest = 0.0
+def earlier_job_seconds(out: Path, steps: int, runs_per_gpu: int, device_names: set[str]) -> dict[str, float]:
+    """Per recipe, the longest a training job of an earlier invocation in `out` took to finish all its `steps`
+    with as many jobs per GPU on the same kind of GPUs: what a job of that recipe will need again."""
+    longest: dict[str, float] = {}
     for path in (out / "invocations").glob("*.json"):
         record = json.loads(path.read_text())
         if record.get("runs_per_gpu") != runs_per_gpu or set(record.get("devices", {}).values()) != device_names:
             continue
         for job in record["jobs"]:
             if job["status"] == "done" and job.get("recipe") and job.get("steps") == steps and job.get("seconds"):
-                longest = max(longest, job["seconds"])
+                longest[job["recipe"]] = max(longest.get(job["recipe"], 0.0), job["seconds"])
     return longest
 
 

@@ -374,7 +374,7 @@ def test_a_job_is_not_started_with_less_time_left_than_a_finished_job_took(tmp_p
     jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
     driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 250, {})
     assert started == ["grpo-seed0"] and [job.status for job in jobs] == ["done", "not started"]
-    expected = "not starting ppo-seed0: too little time left before --time-limit-s (a job needs 300 s)"
+    expected = "not starting ppo-seed0: too little time left before --time-limit-s (it needs 300 s)"
     assert expected in capsys.readouterr().out
 
 
@@ -555,8 +555,9 @@ def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
 
 
 def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_job_took(tmp_path, monkeypatch, capsys):
-    """An earlier invocation in --out ran a job of 40 steps, 4 a GPU on the same GPUs, in 451 s: with 400 s left a
-    new job would be stopped short, so it is not started; other steps, jobs per GPU or GPUs say nothing."""
+    """An earlier invocation in --out ran a GRPO pass@k job of 40 steps, 4 a GPU on the same GPUs, in 451 s: with
+    400 s left a new one would be stopped short, so it is not started, while a recipe that took less still starts;
+    other steps, jobs per GPU or GPUs say nothing."""
     from bench.gsm8k_report import earlier_job_seconds
 
     def record(name, runs_per_gpu, device, jobs):
@@ -569,15 +570,28 @@ def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_jo
                                  {**done, "recipe": None, "seconds": 800}, {**done, "steps": 16, "seconds": 700}])
     record("b.json", 3, "H200", [{**done, "seconds": 999}])  # another K
     record("c.json", 4, "H100", [{**done, "seconds": 998}])  # other GPUs
-    assert earlier_job_seconds(tmp_path, 40, 4, {"H200"}) == 451.2
-    assert earlier_job_seconds(tmp_path, 80, 4, {"H200"}) == 0.0
+    record("d.json", 4, "H200", [{**done, "recipe": "gspo", "seconds": 320.0}])
+    assert earlier_job_seconds(tmp_path, 40, 4, {"H200"}) == {"grpo_passk": 451.2, "gspo": 320.0}
+    assert earlier_job_seconds(tmp_path, 80, 4, {"H200"}) == {}
     started = []
-    monkeypatch.setattr(driver, "start_job", lambda job, *rest: started.append(job.name))
+
+    def start(job, *rest):
+        started.append(job.name)
+        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
+
+    monkeypatch.setattr(driver, "start_job", start)
+    def finish(job, *rest):
+        job.ended, job.status = job.started + 100, "done"
+
+    monkeypatch.setattr(driver, "finish_job", finish)
     args = driver.parse_args(["--runs-per-gpu", "4", "--min-job-s", "250", "--steps", "40"])
-    jobs = [driver.Job("gspo-seed3", "gspo", 3)]
+    jobs = [driver.Job("grpo_passk-seed3", "grpo_passk", 3), driver.Job("gspo-seed3", "gspo", 3),
+            driver.Job("grpo-seed3", "grpo", 3)]
     driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {"0": "H200"})
-    assert started == [] and jobs[0].status == "not started"
-    assert "(a job needs 451 s)" in capsys.readouterr().out
+    # pass@k took 451 s before: not started; GSPO (320 s) and GRPO (no record: --min-job-s) start.
+    assert started == ["gspo-seed3", "grpo-seed3"] and jobs[0].status == "not started"
+    assert "not starting grpo_passk-seed3: too little time left before --time-limit-s (it needs 451 s)" \
+        in capsys.readouterr().out
 
 
 def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
