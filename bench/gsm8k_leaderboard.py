@@ -131,7 +131,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
     parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
                         f"started with less time left than this, so that it trains every step (default: --reserve-s "
-                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest a finished job took")
+                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest a finished job took, or one of "
+                        "its recipe in an earlier invocation in --out at the same --steps, K and GPUs")
     parser.add_argument("--redo-stopped", action="store_true", help="also rerun the jobs whose run in --out its time "
                         "budget stopped before its last step (the merge keeps the run that trained more steps)")
     parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
