@@ -442,8 +442,8 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             running.append(job)
         if running and time.time() - beat >= 60:
             beat = time.time()
-            print(f"[{stamp()}] running: " + ", ".join([f"{job.name} {last_step(job.log)}" for job in running]
-                                                       + ([host.text()] if host.text() else [])), flush=True)
+            parts = [f"{job.name} {last_step(job.log)}" for job in running] + [host.text()]
+            print(f"[{stamp()}] running: " + ", ".join(part for part in parts if part), flush=True)
         time.sleep(1)
 
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from verl_grpo_gpu import SHAPES, WITHOUT_FLASH_ATTN, compose, packing_on, verl_overrides  # noqa: E402
 
-from core.data.batch_file import load_batch  # noqa: E402
+from core.data.batch_file import load_batch_argument  # noqa: E402
 
 FP32 = "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 
@@ -144,10 +144,7 @@ def main(argv=None) -> int:
     parser.add_argument("--temperature", type=float, default=1.0, help="the rollout's; both shapes sample at 1.0")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    try:
-        batch = load_batch(Path(args.batch))
-    except (OSError, ValueError) as error:  # a missing or foreign file: one line, not a traceback
-        parser.error(f"--batch {args.batch}: {error}")
+    batch = load_batch_argument(parser, args.batch)
     single_process_world()
     config = actor_config(args.shape, str(Path(args.model_dir).resolve()), packing_on(args.packing), args.fp32)
     log_probs = verl_old_log_probs(batch, config, args.temperature)

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.data.batch import Batch  # noqa: E402
-from core.data.batch_file import load_batch  # noqa: E402
+from core.data.batch_file import load_batch_argument  # noqa: E402
 
 # The dapo8b shape's loss (bench/verl_grpo_gpu.py, recipes/dapo/run_qwen3_8b.sh).
 CLIP = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 10.0}
@@ -119,10 +119,7 @@ def main(argv=None) -> int:
     parser.add_argument("--verl-log-probs", help="verl's (B, T_resp) old log-probs of the batch (torch.save'd)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    try:
-        batch = load_batch(Path(args.batch))
-    except (OSError, ValueError) as error:  # a missing or foreign file: one line, not a traceback
-        parser.error(f"--batch {args.batch}: {error}")
+    batch = load_batch_argument(parser, args.batch)
     ours = {"old_log_probs": ours_log_probs(batch, args.model_dir, args.device, args.micro_batch_tokens)}
     ours |= ours_losses(batch, ours["old_log_probs"])
     verl = {"old_log_probs": torch.load(args.verl_log_probs, weights_only=True)} if args.verl_log_probs else {}

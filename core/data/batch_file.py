@@ -9,6 +9,7 @@ where the step had them, and `uid` (B,): each response's prompt group, as string
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -35,3 +36,11 @@ def load_batch(path: Path) -> Batch:
         raise ValueError(f"{path} lacks {missing}: write it with trainer.save_batch_step (core/data/batch_file.py)")
     uid = saved.pop("uid")
     return Batch(tensors=saved, non_tensors={"uid": np.array(uid, dtype=object)})
+
+
+def load_batch_argument(parser: argparse.ArgumentParser, path: str) -> Batch:
+    """`load_batch` for a command line's --batch: a missing or foreign file is the parser's one-line error."""
+    try:
+        return load_batch(Path(path))
+    except (OSError, ValueError) as error:
+        parser.error(f"--batch {path}: {error}")
