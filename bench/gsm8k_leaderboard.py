@@ -435,7 +435,8 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             if deadline is not None and deadline - time.time() < needs:
                 job.status = "not started"
                 print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s "
-                      f"(it needs {needs:.0f} s)", flush=True)
+                      f"(it needs {needs:.0f} s, {deadline - time.time():.0f} s are left once the final "
+                      f"{GRACE_S + EXPORT_S} s for stopping and exporting are kept)", flush=True)
                 continue
             job.gpu = gpu
             start_job(job, command_of(job), out, sum(job.gpu == other.gpu for other in running))

@@ -108,10 +108,17 @@ def tag_gpu_time(uri: str, job, same_gpu: list, device: str) -> None:
         client.set_tag(run_id, key, value)
 
 
+def counted_export(out: Path, uri: str, experiment: str) -> dict:
+    """The store's runs that count, as the invocation records in `out` say (counted_runs): a --redo-stopped rerun
+    that its budget stopped again leaves two runs of one recipe and seed there, and the table takes one."""
+    records = [json.loads(path.read_text()) for path in sorted((out / "invocations").glob("*.json"))]
+    return counted_runs(export_runs(uri, experiment), records)
+
+
 def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
     """DIR/runs.json and DIR/leaderboard.md (+ the curves under gsm8k_leaderboard/) from the store as it is now."""
     try:
-        export = export_runs(uri, experiment)
+        export = counted_export(out, uri, experiment)
         save_export(export, out / "runs.json")
         written = write_leaderboard(export, out, export_path=out / "runs.json")
     except LeaderboardError as error:
