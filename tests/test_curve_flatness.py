@@ -46,3 +46,14 @@ def test_the_table_keeps_the_steps_most_runs_share():
     # Each full run: step 12 -> 16 adds 0.04 on task a, so 0.02 on the suite mean; std 0: the interval is a point.
     assert lines[-1] == "| grpo | 12 → 16 | 3 | +0.020 ± 0.000 | [+0.020, +0.020] | still rising |"
     assert flatness_lines([SimpleNamespace(recipe="x", runs=[])]) == []
+
+
+def test_without_a_majority_the_table_reads_the_full_budgets_steps():
+    # Two of three runs stopped at steps 73 and 79 of 80 (validated every 8 and at the last step): each run has
+    # its own steps, so the one that trained all 80 is read, not the first listed.
+    def curve(last):
+        points = [*range(0, last, 8), last]
+        return run({"a": [(s, 0.01 * s) for s in points], "b": [(s, 0.0) for s in points]})
+    row = SimpleNamespace(recipe="grpo", runs=[SimpleNamespace(train_run=curve(last)) for last in (73, 79, 80)])
+    # 0.75 · 80 = 60, so from step 56: (0.80 - 0.56) / 2 = 0.12
+    assert flatness_lines([row])[-1] == "| grpo | 56 → 80 | 1 | +0.120 ± n/a |  | one seed |"

@@ -57,7 +57,8 @@ def flatness_lines(rows: list) -> list[str]:
         gains = [gain for member in row.runs if (gain := late_gain(member.train_run)) is not None]
         if not gains:
             continue
-        steps = Counter((a, b) for a, b, _ in gains).most_common(1)[0][0]  # most runs' steps; a stopped run's differ
+        # Most runs' steps (a stopped run's differ); where no steps are shared most, the latest: the full budget.
+        steps = max(Counter((a, b) for a, b, _ in gains).items(), key=lambda item: (item[1], item[0][1]))[0]
         stats = SeedStats(tuple(gain for a, b, gain in gains if (a, b) == steps))
         low_high = "" if stats.interval is None else f"[{stats.interval[0]:+.3f}, {stats.interval[1]:+.3f}]"
         std = "n/a" if stats.std is None else f"{stats.std:.3f}"
