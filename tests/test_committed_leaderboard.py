@@ -12,7 +12,8 @@ RESULTS = REPO / "results"
 # The main leaderboard, and GPU runs kept beside it with tables of their own (another budget or backend).
 BOARDS = ["results", "results/sglang_gsm8k", "results/gsm8k_grpo_long", "results/reasoning_gym",
           "results/reasoning_gym_long/reasoning_gym", "results/reasoning_gym_open",
-          "results/reasoning_gym_open_long/reasoning_gym_open", "results/tool_use"]
+          "results/reasoning_gym_open_long/reasoning_gym_open", "results/reasoning_gym_open_80/reasoning_gym_open",
+          "results/tool_use"]
 
 
 @pytest.mark.parametrize("board", BOARDS)

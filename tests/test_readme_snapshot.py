@@ -29,3 +29,11 @@ def test_the_readme_leads_with_the_table_that_ranks():
     assert readme_snapshot.TABLES[0][0] == "results/reasoning_gym_open_long/reasoning_gym_open"
     ranks = {row["rank"] for row in readme_snapshot.committed_boards()[0][0]["before_after"]["rows"]}
     assert len(ranks) >= 2  # the reason it leads: its tests separate recipes
+
+
+def test_a_one_seed_row_shows_no_spread_and_no_rank():
+    # A row of one seed has no std and is in no test (the leaderboard writes "± n/a" and rank "—").
+    one = board("m", [("grpo_passk", None, 0.154)])
+    one["before_after"]["rows"][0][readme_snapshot.SUITE]["std"] = None
+    text = readme_snapshot.render_snapshot([(one, "results/a", "Table A")])
+    assert "| grpo_passk | — | 0.100 → 0.154 ± n/a | 0.000 → 0.000 ± 0.010 | 3 | 16 |" in text

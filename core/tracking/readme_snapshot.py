@@ -16,16 +16,19 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# (its folder, what it is): the table that ranks first, then the one with every recipe.
+# (its folder, what it is): the table that ranks first, then the longer budget, then the one with every recipe.
 TABLES = [("results/reasoning_gym_open_long/reasoning_gym_open", "The open-answer suite, 40 steps"),
+          ("results/reasoning_gym_open_80/reasoning_gym_open", "The open-answer suite, 80 steps, a first look"),
           ("results/reasoning_gym", "The first suite, 16 steps, every recipe")]
 BLOCK = re.compile(r"(<!-- BEGIN leaderboard-snapshot -->\n)(?P<body>.*?)(<!-- END leaderboard-snapshot -->)", re.S)
 SUITE, GSM8K = "suite mean", "openai/gsm8k mean@1 (strict)"
 
 
 def before_after(before: float | None, after: dict) -> str:
+    """`before → mean ± std`; a one-seed row has no std (n/a, as its table writes it)."""
     start = "—" if before is None else f"{before:.3f}"
-    return f"{start} → {after['mean']:.3f} ± {after['std']:.3f}"
+    spread = "n/a" if after["std"] is None else f"{after['std']:.3f}"
+    return f"{start} → {after['mean']:.3f} ± {spread}"
 
 
 def steps_text(steps: list[int]) -> str:
@@ -42,7 +45,7 @@ def render_table(board: dict, folder: str, title: str) -> list[str]:
         before = section["before"].get(model, {})
         lines += ["", f"`{model}`:", "", "| recipe | rank | reasoning-gym suite mean | GSM8K strict | seeds | steps |",
                   "|---|---:|---:|---:|---:|---:|"]
-        lines += [f"| {row['recipe']} | {row['rank']} | {before_after(before.get(SUITE), row[SUITE])} | "
+        lines += [f"| {row['recipe']} | {row['rank'] or '—'} | {before_after(before.get(SUITE), row[SUITE])} | "
                   f"{before_after(before.get(GSM8K), row[GSM8K])} | {row['seeds']} | {steps_text(row['steps'])} |"
                   for row in section["rows"] if row["model"] == model]
     return lines
