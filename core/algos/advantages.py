@@ -41,6 +41,21 @@ def _outcome_scores(
     return scores
 
 
+def _broadcast(seq_adv: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) per-response advantages over each response's valid tokens, as (advantages, returns)."""
+    advantages = seq_adv.unsqueeze(-1) * response_mask.to(seq_adv.dtype)  # (B, T_resp)
+    return advantages, advantages.clone()
+
+
+def _group_centred(scores: torch.Tensor, group_ids: np.ndarray) -> torch.Tensor:
+    """(B,) r_i − mean_g of each response's group; a lone sample keeps r_i (baseline 0), as verl does."""
+    centred = scores.clone()  # (B,)
+    for rows in group_indices(group_ids):
+        if len(rows) > 1:
+            centred[rows] = scores[rows] - scores[rows].mean()
+    return centred
+
+
 def _require(estimator: str, name: str, value, shape: tuple[int, ...], like: torch.Tensor):
     """`value` as a tensor of `shape` on `like`'s device and dtype, or a ValueError naming both."""
     if value is None:
@@ -81,8 +96,7 @@ def grpo_advantages(
         # Dr.GRPO (Liu et al. 2025) drops the std division: A_i = r_i − mean_g.
         centred = r - r.mean()
         seq_adv[rows] = centred / (r.std() + epsilon) if norm_adv_by_std else centred
-    advantages = seq_adv.unsqueeze(-1) * response_mask.to(scores.dtype)  # (B, T_resp)
-    return advantages, advantages.clone()
+    return _broadcast(seq_adv, response_mask)
 
 
 @ADV_ESTIMATORS.register("rloo")
@@ -103,8 +117,7 @@ def rloo_advantages(
             r = scores[rows]  # (n,)
             # RLOO (Ahmadian et al. 2024): A_i = r_i − mean_{j≠i} r_j = n/(n−1)·(r_i − mean_g)
             seq_adv[rows] = n / (n - 1) * (r - r.mean())
-    advantages = seq_adv.unsqueeze(-1) * response_mask.to(scores.dtype)  # (B, T_resp)
-    return advantages, advantages.clone()
+    return _broadcast(seq_adv, response_mask)
 
 
 @ADV_ESTIMATORS.register("remax")
@@ -183,12 +196,6 @@ def gae_advantages(
     return masked_whiten(advantages, valid, sum_over_ranks=sum_over_ranks) * valid, returns
 
 
-def _broadcast(seq_adv: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B,) per-response advantages over each response's valid tokens, as (advantages, returns)."""
-    advantages = seq_adv.unsqueeze(-1) * response_mask.to(seq_adv.dtype)  # (B, T_resp)
-    return advantages, advantages.clone()
-
-
 @ADV_ESTIMATORS.register("reinforce_plus_plus_baseline")
 @torch.no_grad()
 def reinforce_plus_plus_baseline_advantages(
@@ -202,11 +209,8 @@ def reinforce_plus_plus_baseline_advantages(
     """Group-mean baseline, then whitened over the batch's valid tokens (`sum_over_ranks`: see
     `masked_whiten`)."""
     scores = _outcome_scores(token_level_rewards, response_mask, group_ids)  # (B,)
-    centred = scores.clone()  # (B,) a lone sample keeps r_i (baseline 0), as verl does
-    for rows in group_indices(group_ids):
-        if len(rows) > 1:
-            # REINFORCE++-baseline (Hu 2025, arXiv:2501.03262): A_i = r_i − mean_g, then batch whitening.
-            centred[rows] = scores[rows] - scores[rows].mean()
+    # REINFORCE++-baseline (Hu 2025, arXiv:2501.03262): A_i = r_i − mean_g, then batch whitening.
+    centred = _group_centred(scores, group_ids)  # (B,)
     valid = response_mask.bool()
     advantages = masked_whiten(centred.unsqueeze(-1).expand_as(valid), valid, sum_over_ranks=sum_over_ranks)
     advantages = advantages * valid  # (B, T_resp)
@@ -276,11 +280,8 @@ def gpg_advantages(
     scores = _outcome_scores(token_level_rewards, response_mask, group_ids)  # (B,)
     # GPG (Chu et al. 2025, arXiv:2504.02546), as verl computes it: α = B / max(#(r_i ≠ 0), 1), F_norm = 1.
     alpha = float(total(float(len(scores)))) / max(float(total(float(torch.count_nonzero(scores)))), 1.0)
-    seq_adv = scores.clone()  # (B,) a lone sample keeps α·r_i (baseline 0), as verl does
-    for rows in group_indices(group_ids):
-        if len(rows) > 1:
-            seq_adv[rows] = scores[rows] - scores[rows].mean()
-    return _broadcast(alpha * seq_adv, response_mask)
+    # A lone sample keeps α·r_i (baseline 0), as verl does.
+    return _broadcast(alpha * _group_centred(scores, group_ids), response_mask)
 
 
 # Estimators that give one advantage per response (the same on all its tokens): what a sequence-level
