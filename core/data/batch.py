@@ -28,18 +28,9 @@ RESPONSE_ALIGNED = (
     "advantages",
     "returns",
 )
-FLOAT_KEYS = {
-    "rollout_log_probs",
-    "old_log_probs",
-    "ref_log_probs",
-    "rollout_is_weights",
-    "token_level_scores",
-    "token_level_rewards",
-    "values",
-    "advantages",
-    "returns",
-}
 INTEGER_KEYS = {"input_ids", "attention_mask", "position_ids", "responses", "response_mask", "prompts"}
+# Derived, so a new per-token key is listed once: all but the token ids and their mask hold floats.
+FLOAT_KEYS = set(RESPONSE_ALIGNED) - INTEGER_KEYS
 
 
 class BatchContractError(ValueError):
