@@ -13,7 +13,7 @@ import yaml
 from core.tracking.console import ConsoleLogger, format_duration
 from core.tracking.metrics import as_float, reduce_metrics, timed
 from core.tracking.mlflow_tracker import MLflowTracker, normalize_tracking_uri, store_init_lock
-from core.tracking.tracker import Tracking, build_tracking
+from core.tracking.tracker import Tracking, build_tracking, exit_status
 
 CONFIG = {
     "algorithm": {"adv_estimator": "grpo", "kl_ctrl": {"kl_coef": 0.001}},
@@ -198,3 +198,9 @@ def test_tracking_finishes_every_backend_even_if_one_fails():
     with pytest.raises(ConnectionError):
         Tracking([Broken(), recorder]).finish("FAILED")
     assert recorder.status == "FAILED"
+
+
+def test_exit_status_is_killed_for_ctrl_c_and_failed_for_other_errors():
+    assert exit_status(None) == "FINISHED"
+    assert exit_status(KeyboardInterrupt) == "KILLED"
+    assert exit_status(ValueError) == "FAILED"

@@ -33,6 +33,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
 from core.tracking.metrics import as_float
+from core.tracking.tracker import exit_status
 
 # MLflow's own limits (mlflow/utils/validation.py); exceeding them fails the whole batch.
 MAX_PARAM_VALUE_LENGTH = 6000
@@ -348,10 +349,5 @@ class MLflowTracker:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            self.finish("FINISHED")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.finish("KILLED")
-        else:
-            self.finish("FAILED")
+        self.finish(exit_status(exc_type))
         return False  # never swallow the exception

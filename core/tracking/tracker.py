@@ -21,6 +21,13 @@ from core.tracking.console import DEFAULT_ACC_KEY, ConsoleLogger
 BACKEND_NAMES = ("console", "mlflow")
 
 
+def exit_status(exc_type: type[BaseException] | None) -> str:
+    """The status a run ends with when its `with` block is left: FINISHED, KILLED for Ctrl-C, else FAILED."""
+    if exc_type is None:
+        return "FINISHED"
+    return "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
+
+
 class Tracking:
     """Sends every call to each backend; usable as a context manager like its backends.
 
@@ -62,12 +69,7 @@ class Tracking:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            self.finish("FINISHED")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.finish("KILLED")
-        else:
-            self.finish("FAILED")
+        self.finish(exit_status(exc_type))
         return False
 
 
