@@ -13,7 +13,8 @@ import yaml
 from core.tracking.console import ConsoleLogger, format_duration
 from core.tracking.metrics import as_float, reduce_metrics, timed
 from core.tracking.mlflow_tracker import MLflowTracker, normalize_tracking_uri, store_init_lock
-from core.tracking.tracker import Tracking, build_tracking, exit_status
+from core.tracking.run_status import exit_status
+from core.tracking.tracker import Tracking, build_tracking
 
 CONFIG = {
     "algorithm": {"adv_estimator": "grpo", "kl_ctrl": {"kl_coef": 0.001}},

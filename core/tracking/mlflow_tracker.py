@@ -33,7 +33,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
 from core.tracking.metrics import as_float
-from core.tracking.tracker import exit_status
+from core.tracking.run_status import exit_status
 
 # MLflow's own limits (mlflow/utils/validation.py); exceeding them fails the whole batch.
 MAX_PARAM_VALUE_LENGTH = 6000

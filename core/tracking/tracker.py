@@ -17,15 +17,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from core.tracking.console import DEFAULT_ACC_KEY, ConsoleLogger
+from core.tracking.run_status import exit_status
 
 BACKEND_NAMES = ("console", "mlflow")
-
-
-def exit_status(exc_type: type[BaseException] | None) -> str:
-    """The status a run ends with when its `with` block is left: FINISHED, KILLED for Ctrl-C, else FAILED."""
-    if exc_type is None:
-        return "FINISHED"
-    return "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
 
 
 class Tracking:
