@@ -128,6 +128,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_stream_groups(resolved)
     check_rollout_log_probs(resolved)
     check_placement(resolved)
+    check_allocator(resolved)
     check_profile_steps(resolved)
     check_save_batch(resolved)
     check_multi_turn(resolved)
@@ -390,6 +391,13 @@ def check_placement(resolved: dict) -> None:
     for key, (refused, why) in refusals.items():
         if refused:
             raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.placement=disaggregated — {why}")
+
+
+def check_allocator(resolved: dict) -> None:
+    """`actor.expandable_segments` beside the engine that shares the device (core/engine/allocator.py)."""
+    if resolved["actor"]["expandable_segments"] and resolved["rollout"]["name"] == "sglang":
+        raise ConfigError("actor.expandable_segments=True with rollout.name='sglang' — SGLang's memory saver turns "
+                          "itself off under expandable segments; use rollout.name=vllm or hf, or set it to false")
 
 
 def check_lora(resolved: dict) -> None:

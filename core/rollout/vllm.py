@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from core.data.batch import Batch
+from core.engine.allocator import set_expandable_segments
 from core.rollout.base import (
     Completion,
     RolloutBackend,
@@ -101,13 +102,19 @@ class VLLMRollout(RolloutBackend):
     that rank on the base weights (`load_adapter`), instead of receiving merged weights."""
 
     def __init__(self, model_path: str, tokenizer, rollout_cfg, *, dtype: str = "auto", seed: int = 0,
-                 max_model_len: int | None = None, dummy_weights: bool = False, lora_rank: int | None = None):
+                 max_model_len: int | None = None, dummy_weights: bool = False, lora_rank: int | None = None,
+                 expandable_segments: bool = False):
         vllm = import_vllm()
         placement = EnginePlacement.current(rollout_cfg.tensor_model_parallel_size)
         kwargs = engine_kwargs(model_path, rollout_cfg, placement, dtype=dtype, seed=seed,
                                max_model_len=max_model_len, dummy_weights=dummy_weights,
                                cuda=torch.cuda.is_available(), lora_rank=lora_rank)
         self._attach(vllm.LLM(**kwargs), tokenizer, kwargs["enable_sleep_mode"], placement)
+        # actor.expandable_segments (core/engine/allocator.py): while a sleeping engine's pool is unmapped; an
+        # engine that never sleeps has made its allocations, so the training phases get them for good.
+        self.expandable_while_asleep = expandable_segments and self.can_sleep
+        if expandable_segments and not self.can_sleep:
+            set_expandable_segments(True)
 
     @classmethod
     def from_engine(cls, llm, tokenizer, *, can_sleep: bool) -> "VLLMRollout":
@@ -121,6 +128,7 @@ class VLLMRollout(RolloutBackend):
         self.placement = placement or EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1)
         self._sampling_params_cls = import_vllm().SamplingParams
         self._awake = {"weights": True, "kv_cache": True}
+        self.expandable_while_asleep = False
         self.lora_request = None  # the adapter every request runs with (actor.lora.sync=adapter)
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
@@ -185,7 +193,7 @@ class VLLMRollout(RolloutBackend):
 
     def _wake_weights(self) -> None:
         if self.can_sleep and not self._awake["weights"]:
-            _release_cached_memory()
+            self._engine_allocates()
             self.llm.wake_up(tags=["weights"])
             self._awake["weights"] = True
 
@@ -194,13 +202,22 @@ class VLLMRollout(RolloutBackend):
         if self.can_sleep and any(self._awake.values()):
             self.llm.sleep(level=1)
             self._awake = {"weights": False, "kv_cache": False}
+            if self.expandable_while_asleep:
+                set_expandable_segments(True)
 
     def wake_up(self) -> None:
         asleep = [tag for tag, awake in self._awake.items() if not awake]
         if self.can_sleep and asleep:
-            _release_cached_memory()
+            self._engine_allocates()
             self.llm.wake_up(tags=asleep)
             self._awake = {"weights": True, "kv_cache": True}
+
+    def _engine_allocates(self) -> None:
+        """Before the engine maps memory again: the training phases' cached blocks freed, and its pool's
+        allocations not expandable (vLLM's CuMemAllocator refuses them)."""
+        if self.expandable_while_asleep:
+            set_expandable_segments(False)
+        _release_cached_memory()
 
 
 def sampled_log_probs(flat) -> list[float]:

@@ -19,6 +19,7 @@ from core.algos.actor_loss import make_actor_loss
 from core.algos.aggregation import local_loss_value
 from core.algos.value_loss import clipped_value_loss
 from core.data.batch import Batch
+from core.engine.allocator import set_expandable_segments
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.loading import resolve_model_path
@@ -65,6 +66,8 @@ class ActorRolloutRefWorker:
             with start_phase("rollout_engine", self.start_record):
                 self.rollout = build_rollout(config, model_path, tokenizer,
                                              lambda: self._load(model_path).to(world.device))
+        if actor.expandable_segments and (not with_rollout or config.rollout.name == "hf"):
+            set_expandable_segments(True)  # no engine pool on this rank (a vLLM engine switches them itself)
         self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
         self._adapter_dir, self._base_in_rollout = None, False
         self.weight_group: WeightGroup | None = None  # rank 0 under trainer.placement=disaggregated
@@ -213,7 +216,8 @@ def build_engine(config, model_path: str, tokenizer, load_hf_model) -> RolloutBa
             lora = config.actor.lora
             return VLLMRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
                                max_model_len=max_model_len, dummy_weights=config.model.init == "random",
-                               lora_rank=lora.rank if lora.rank is not None and lora.sync == "adapter" else None)
+                               lora_rank=lora.rank if lora.rank is not None and lora.sync == "adapter" else None,
+                               expandable_segments=bool(config.actor.expandable_segments))
         from core.rollout.sglang import SGLangRollout
 
         return SGLangRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
