@@ -183,7 +183,9 @@ RUNTIME_GIB = 3.4
 # sets puts the fullest GPU of each H200 row of issue 35 within 5 points (GRPO 2 GPUs 135.7 / 124.2 GiB on
 # rank 0 / 1, RLOO 2 GPUs 135.7 / 128.1, DAPO 2 GPUs 98.8 / 110.9, GRPO 4 GPUs 89-90). Single ranks held
 # 1.2 to 2.0 more sets; both 135.7s are probably the device's ceiling, 4.7 GiB short of it, where a larger
-# request makes the allocator free its cache and retry.
+# request makes the allocator free its cache and retry. All fit with actor.expandable_segments off (the default);
+# with it on (core/engine/allocator.py) freed blocks serve requests of any size, so this term should shrink, but
+# until a GPU run measures by how much the estimate keeps it.
 CACHED_ACTIVATION_SETS = 1.6
 
 
