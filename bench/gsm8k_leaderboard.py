@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         return merge_outputs([Path(folder) for folder in args.merge], Path(args.results),
                              [Path(folder) for folder in args.timing_only], suite)
-    started = time.time()
+    started = COMMAND_STARTED if argv is None else time.time()  # a command's clock runs from its process's start
     gpus = gpu_ids(args.gpus)
     check_schedules(args, [job.variant for job in wanted_jobs(args) if job.variant], len([g for g in gpus if g]),
                     variant_overrides)
@@ -485,8 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = jobs_to_run(wanted_jobs(args), uri, suite.experiment, args.model, args.redo_stopped)
     devices = gpu_names(gpus)
     # Jobs end by `deadline`; one that overruns is stopped GRACE_S later; the export then ends the invocation.
-    clock = COMMAND_STARTED if argv is None else started  # from the process's start when run as a command
-    deadline = clock + args.time_limit_s - GRACE_S - EXPORT_S if args.time_limit_s else None
+    deadline = started + args.time_limit_s - GRACE_S - EXPORT_S if args.time_limit_s else None
     todo = [job.name for job in jobs if job.status == "queued"]
     print(f"[{stamp()}] {len(todo)} jobs on {', '.join(devices.get(g, 'CPU') + (f' (GPU {g})' if g else '') for g in gpus)}"
           f", up to {args.runs_per_gpu} per GPU: {' '.join(todo) or 'nothing to do'}", flush=True)
