@@ -108,11 +108,15 @@ def tag_gpu_time(uri: str, job, same_gpu: list, device: str) -> None:
         client.set_tag(run_id, key, value)
 
 
+def invocation_records(out: Path) -> list[dict]:
+    """The records of the invocations into `out` (finish_invocation writes one each), oldest first."""
+    return [json.loads(path.read_text()) for path in sorted((out / "invocations").glob("*.json"))]
+
+
 def counted_export(out: Path, uri: str, experiment: str) -> dict:
     """The store's runs that count, as the invocation records in `out` say (counted_runs): a --redo-stopped rerun
     that its budget stopped again leaves two runs of one recipe and seed there, and the table takes one."""
-    records = [json.loads(path.read_text()) for path in sorted((out / "invocations").glob("*.json"))]
-    return counted_runs(export_runs(uri, experiment), records)
+    return counted_runs(export_runs(uri, experiment), invocation_records(out))
 
 
 def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
@@ -153,8 +157,7 @@ def earlier_job_seconds(out: Path, steps: int, runs_per_gpu: int, device_names: 
     """Per recipe, the longest a training job of an earlier invocation in `out` took to finish all its `steps`
     with as many jobs per GPU on the same kind of GPUs: what a job of that recipe will need again."""
     longest: dict[str, float] = {}
-    for path in (out / "invocations").glob("*.json"):
-        record = json.loads(path.read_text())
+    for record in invocation_records(out):
         if record.get("runs_per_gpu") != runs_per_gpu or set(record.get("devices", {}).values()) != device_names:
             continue
         for job in record["jobs"]:
