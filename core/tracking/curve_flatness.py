@@ -7,7 +7,7 @@ Over the seeds that gain gets a mean and a 95% t-interval (seed_stats.SeedStats)
 interval lies above 0, *falling* when below, *flat* when it lies within ± FLAT_BAND (an equivalence reading), else
 *unclear* (too few seeds, or too much spread, to say). One test per recipe at α = 0.05, not corrected across
 recipes: a reading of each curve, not a ranking. Runs whose steps differ from most of their recipe's runs (one
-stopped early) are left out of that recipe's figure.
+stopped early) are left out of that recipe's figure; where no steps are shared by most, the full budget's run is read.
 """
 
 from __future__ import annotations
