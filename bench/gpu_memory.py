@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -65,13 +66,34 @@ class PeakMemoryMonitor:
 def run_logged(name: str, command: list[str], log: Path, *, cwd: Path, timeout_s: float,
                env: dict | None = None) -> tuple[float, PeakMemoryMonitor]:
     """Run `command` with its output in `log` while the GPUs' peak memory is read: (wall seconds, the monitor).
-    A failure raises with the log's last 30 lines, so a suite stops on the first broken run."""
+    A failure or the time limit raises with the log's last 30 lines, so a suite stops on the first broken run."""
+    wall, memory, stopped = run_logged_until(name, command, log, cwd=cwd, timeout_s=timeout_s, env=env)
+    if stopped:
+        raise RuntimeError(f"{name} ran past its {timeout_s:.0f} s limit; log {log}:\n" + _log_tail(log))
+    return wall, memory
+
+
+def run_logged_until(name: str, command: list[str], log: Path, *, cwd: Path, timeout_s: float,
+                     env: dict | None = None) -> tuple[float, PeakMemoryMonitor, bool]:
+    """As run_logged, but the time limit stops the run instead of failing it: (wall seconds, the monitor, stopped).
+    The command runs in a session of its own, and the whole session is killed at the limit: torchrun's ranks,
+    vLLM's engine processes and a Ray cluster the driver started would otherwise outlive it and hold the GPUs.
+    Whatever the run logged before (its MLflow steps) stays readable."""
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.time()
     with PeakMemoryMonitor() as memory, open(log, "w") as sink:
-        process = subprocess.run(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s)
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            returncode, stopped = process.wait(timeout=timeout_s), False
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            returncode, stopped = process.wait(), True
     wall = time.time() - start
-    if process.returncode:
-        tail = log.read_text().splitlines()[-30:]
-        raise RuntimeError(f"{name} exited {process.returncode} after {wall:.0f} s; log {log}:\n" + "\n".join(tail))
-    return wall, memory
+    if returncode and not stopped:
+        raise RuntimeError(f"{name} exited {returncode} after {wall:.0f} s; log {log}:\n" + _log_tail(log))
+    return wall, memory, stopped
+
+
+def _log_tail(log: Path, lines: int = 30) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])

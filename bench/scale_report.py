@@ -28,12 +28,18 @@ def table(results: list[dict]) -> list[str]:
         memory = (f"{' / '.join(number_cell(p) for p in r['peak_memory_gib'])} of "
                   f"{number_cell(max(r['memory_total_gib'], default=None))}")
         lines.append(table_row([
-            r["recipe"], str(r["gpus"]), r["controller"], r.get("settings", "scaled"), number_cell(r["median_step_s"]),
+            r["recipe"], str(r["gpus"]), r["controller"], r.get("settings", "scaled"), step_cell(r),
             number_cell(stages.get("gen")), number_cell(stages.get("update_actor")),
             number_cell(stages.get("sync_weights")), number_cell(r["generated_tokens_per_s_per_gpu"], ".0f"),
             number_cell(r.get("gen_vs_raw_vllm"), ".0%"), number_cell(r["trained_tokens_per_s_per_gpu"], ".0f"),
             number_cell(r["update_mfu"], ".1%"), memory]))
     return lines
+
+
+def step_cell(result: dict) -> str:
+    """The median step, and where the suite's --timeout-s stopped the run, after which of its steps."""
+    stop = result.get("stopped_by_time_limit")
+    return number_cell(result["median_step_s"]) + (f" (stopped by the time limit {stop})" if stop else "")
 
 
 def plot(results: list[dict], out: Path) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_memory import device_name, run_logged  # noqa: E402
+from gpu_memory import device_name, run_logged_until  # noqa: E402
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
 from core.trainer.start_record import PREFIX as START_PREFIX  # noqa: E402
@@ -118,18 +118,24 @@ def script_plan(recipe: str, gpus: int, overrides: list[str], data: Path, plan_j
 
 
 def step_history(store: Path, name: str, experiment: str = "scale") -> dict[int, dict[str, float]]:
-    """{step: {metric: value}} of the newest run named `name` in the MLflow file store's `experiment`."""
+    """{step: {metric: value}} of the newest run named `name` in the MLflow file store's `experiment` ({} if none)."""
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=f"file:{store}")
     experiment = client.get_experiment_by_name(experiment)
     runs = client.search_runs([experiment.experiment_id], f"tags.mlflow.runName = '{name}'",
-                              order_by=["attribute.start_time DESC"], max_results=1)
+                              order_by=["attribute.start_time DESC"], max_results=1) if experiment else []
     steps: dict[int, dict[str, float]] = {}
+    if not runs:  # stopped before its MLflow run opened
+        return steps
     for key in runs[0].data.metrics:
         for point in client.get_metric_history(runs[0].info.run_id, key):
             steps.setdefault(point.step, {})[key] = point.value
     return steps
+
+
+def finished_steps(history: dict[int, dict[str, float]]) -> int:
+    return max((s for s in history if "timing_s/step" in history[s]), default=0)
 
 
 def summarise(history: dict[int, dict[str, float]], gpus: int, config: dict) -> dict:
@@ -176,18 +182,24 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
                *run_overrides(recipe, controller, gpus, args.steps, model, store, name, args.full), *args.overrides]
     env = {**os.environ, "NGPUS": str(gpus), "DATA": str(data), "MLFLOW_ALLOW_FILE_STORE": "true"}
     print(f"[scale] {name}: starting ({' '.join(command)})", flush=True)
-    wall, memory = run_logged(name, command, work / "logs" / f"{name}.log", cwd=ROOT, timeout_s=args.timeout_s, env=env)
+    # A run its --timeout-s stops keeps the steps it finished (marked so): a Ray start can take minutes.
+    wall, memory, stopped = run_logged_until(name, command, work / "logs" / f"{name}.log", cwd=ROOT,
+                                             timeout_s=args.timeout_s, env=env)
     config = json.loads((model / "config.json").read_text())
+    history = step_history(store, name)
     result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": "script" if args.full else "scaled",
               "model": f"{model.name.removeprefix('model-')} (random init from its config)",
               "controller": controller, "device": device_name(), "commit": git_commit(ROOT),
               "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
               "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
-              **summarise(step_history(store, name), gpus, config)}
+              **summarise(history, gpus, config)}
+    if stopped:
+        result["stopped_by_time_limit"] = f"after step {finished_steps(history)} of {args.steps}"
     peak = f"peak {max(result['peak_memory_gib']):.1f} GiB, " if result["peak_memory_gib"] else ""
     start = f"start {result['start_s']['total']:.0f} s, " if "total" in result["start_s"] else ""
-    print(f"[scale] {name}: {result['median_step_s']:.1f} s/step (median after step 1), {start}{peak}wall {wall:.0f} s",
-          flush=True)
+    step = "no step after step 1" if result["median_step_s"] is None else f"{result['median_step_s']:.1f} s/step"
+    stop = f" (stopped by --timeout-s {result['stopped_by_time_limit']})" if stopped else ""
+    print(f"[scale] {name}: {step} (median after step 1){stop}, {start}{peak}wall {wall:.0f} s", flush=True)
     return result
 
 

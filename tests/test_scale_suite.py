@@ -2,6 +2,7 @@
 checked against the real config and dry run (no GPU: the suite itself runs on GPU nodes)."""
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from scale_suite import PROMPTS_PER_GPU, run_overrides, summarise, update_flops  # noqa: E402
+from scale_suite import PROMPTS_PER_GPU, finished_steps, run_overrides, step_history, summarise, update_flops  # noqa: E402
 
 TINY = {"hidden_size": 4, "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 2, "num_key_value_heads": 1,
         "intermediate_size": 8, "vocab_size": 10}
@@ -51,3 +52,37 @@ def test_every_recipe_script_accepts_the_suite_overrides_at_two_gpus(recipe, tmp
     plan = make_plan(config)
     assert plan["batch"]["prompts_per_step"] == 2 * PROMPTS_PER_GPU[recipe]
     assert plan["batch"]["optimizer_steps_per_step"] == 2
+
+
+def test_the_time_limit_stops_the_whole_process_tree_and_keeps_the_run(tmp_path):
+    """A real shell whose child outlives it unless its session is killed (as torchrun's ranks and vLLM's
+    engines would): the limit stops both, and the caller gets stopped=True instead of an exception."""
+    from gpu_memory import run_logged, run_logged_until
+
+    pid_file = tmp_path / "child.pid"
+    command = ["bash", "-c", f"sleep 60 & echo $! > {pid_file}; echo started; wait"]
+    wall, _, stopped = run_logged_until("tree", command, tmp_path / "tree.log", cwd=tmp_path, timeout_s=2)
+    assert stopped and 2 <= wall < 20 and "started" in (tmp_path / "tree.log").read_text()
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:  # reaped by init once killed
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    with pytest.raises(RuntimeError, match="ran past its 1 s limit"):
+        run_logged("tree", command, tmp_path / "again.log", cwd=tmp_path, timeout_s=1)
+    with pytest.raises(RuntimeError, match="exited 3"):
+        run_logged_until("fails", ["bash", "-c", "exit 3"], tmp_path / "fails.log", cwd=tmp_path, timeout_s=10)
+
+
+def test_a_run_stopped_before_its_mlflow_run_opened_has_no_steps(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert step_history(tmp_path / "mlruns", "grpo_qwen3-8b_2gpu_ray") == {}
+    assert finished_steps({}) == 0 and finished_steps({0: {"val/acc": 0.1}, 1: {"timing_s/step": 9.0}}) == 1
+
+
+def test_the_report_says_where_the_time_limit_stopped_a_run():
+    from scale_report import step_cell
+
+    assert step_cell({"median_step_s": 72.04, "stopped_by_time_limit": "after step 2 of 3"}) == \
+        "72.0 (stopped by the time limit after step 2 of 3)"
+    assert step_cell({"median_step_s": 45.4}) == "45.4"
