@@ -1,7 +1,7 @@
 """The plan of each `run_qwen3_8b.sh` on 8 GPUs (and on 2 and 4), without a GPU: the script's own dry run at the
 settings bench/scale_suite.sh runs, and the per-GPU memory arithmetic behind it, phase by phase.
 
-    python bench/scale_plan.py [--gpus 2 4] [--full-gpus 8] [--recipes dapo grpo rloo ppo] [--controllers torchrun ray]
+    python bench/scale_plan.py [--gpus 2 4] [--full-gpus 8] [--recipes dapo grpo rloo remax ppo] [--controllers torchrun ray]
 
 `--gpus`: the suite's default settings (the script's batch cut to PROMPTS_PER_GPU prompts per GPU);
 `--full-gpus`: the script's own settings (`bash bench/scale_suite.sh --full`, e.g. DAPO's 512 prompt
@@ -34,6 +34,7 @@ from core.trainer.memory_estimate import (  # noqa: E402
     count_adapter_parameters,
     count_parameters,
     engine_share_within,
+    expandable_segments_lever,
     micro_batch_tokens_within,
     per_gpu_memory,
 )
@@ -45,7 +46,7 @@ DEVICES = {"H100 80GB": 79.6, "H200 141GB": 140.4}
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipes", nargs="+", default=["dapo", "grpo", "rloo", "ppo"])
+    parser.add_argument("--recipes", nargs="+", default=["dapo", "grpo", "rloo", "remax", "ppo"])
     parser.add_argument("--controllers", nargs="+", default=["torchrun", "ray"], choices=["torchrun", "ray"])
     parser.add_argument("--gpus", type=int, nargs="*", default=[2, 4], help="GPU counts at the suite's cut batch")
     parser.add_argument("--full-gpus", type=int, nargs="*", default=[8], help="GPU counts at the script's own batch")
@@ -80,6 +81,7 @@ def memory_by_device(config, model: Path, world: int, prompt_tokens: float) -> d
             # The largest engine share and micro-batch token budget that keep each phase within the limit.
             "max_gpu_memory_utilization": round(engine_share_within(config, found, PEAK_TARGET * capacity * GIB), 3),
             "max_micro_batch_tokens": micro_batch_tokens_within(found, PEAK_TARGET * capacity * GIB, cached=True),
+            "expandable_segments_lever": expandable_segments_lever(config, found, PEAK_TARGET * capacity * GIB),
         }
     return out
 
@@ -140,6 +142,8 @@ def over_target(found: dict) -> str:
         budget = found["max_micro_batch_tokens"]
         lever = (f"actor.micro_batch_tokens={budget} (now {found['micro_batch_tokens']} tokens a micro-batch)"
                  if budget else "more GPUs or actor.cpu_offload=true")
+        if found["expandable_segments_lever"]:
+            lever = f"{found['expandable_segments_lever']} or {lever}"
     return (f"over the target: the {'generation' if generation else 'training'} phase needs "
             f"{found['peak_gib']:.1f} GiB per GPU, {found['peak_fraction']:.0%} of {found['capacity_gib']:.1f} GiB "
             f"(target ≤ {PEAK_TARGET:.0%}); within it with {lever}")

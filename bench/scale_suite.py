@@ -61,6 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--full", action="store_true",
                         help="the scripts' own batch and engine share (their full settings, e.g. on 8 GPUs) "
                              "instead of PROMPTS_PER_GPU prompts per GPU")
+    parser.add_argument("--tag", default="", help="suffix of each run's name and json, for runs with overrides "
+                        "beside those without (e.g. --tag expandable actor.expandable_segments=true)")
     parser.add_argument("overrides", nargs="*",
                         help="extra config overrides for every run, e.g. actor.micro_batch_tokens=16384")
     return parser.parse_args(argv)
@@ -175,8 +177,13 @@ def update_flops(config: dict, tokens: float, mean_len: float, response_tokens: 
     return 6 * layers * per_layer * tokens + attention + 6 * config["vocab_size"] * hidden * response_tokens
 
 
+def run_name(recipe: str, model: Path, gpus: int, controller: str, tag: str = "") -> str:
+    """`grpo_qwen3-8b_2gpu_torchrun`, with `_<tag>` for a run with overrides beside the one without."""
+    return f"{recipe}_{model.name.removeprefix('model-')}_{gpus}gpu_{controller}" + (f"_{tag}" if tag else "")
+
+
 def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Path, work: Path) -> dict:
-    name = f"{recipe}_{model.name.removeprefix('model-')}_{gpus}gpu_{controller}"
+    name = run_name(recipe, model, gpus, controller, args.tag)
     store = work / "mlruns"
     command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh",
                *run_overrides(recipe, controller, gpus, args.steps, model, store, name, args.full), *args.overrides]
@@ -187,7 +194,8 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
                                              timeout_s=args.timeout_s, env=env)
     config = json.loads((model / "config.json").read_text())
     history = step_history(store, name)
-    result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": "script" if args.full else "scaled",
+    settings = " + ".join(["script" if args.full else "scaled", *args.overrides])
+    result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": settings,
               "model": f"{model.name.removeprefix('model-')} (random init from its config)",
               "controller": controller, "device": device_name(), "commit": git_commit(ROOT),
               "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),

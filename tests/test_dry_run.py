@@ -157,7 +157,8 @@ def test_run_qwen3_8b_dry_run_shows_each_phase_per_gpu_with_its_parts(gsm8k_dir)
     assert ("= training state 19.1 + gathered weights 6.8 + activations of 49152 tokens 24.3 + CUDA runtime 3.4 "
             "(53.6 GiB must fit) + blocks the caching allocator keeps 35.2\n") in result.stdout
     assert ("  target      ≤ 95% of the GPU: the update is over (at full-length prompts: the data's mean needs less); "
-            "within it with actor.micro_batch_tokens=37462 or less") in result.stdout
+            "within it with actor.expandable_segments=true (no cached blocks: 35.2 GiB less), "
+            "or actor.micro_batch_tokens=37462 or less") in result.stdout
     assert "would refuse" not in result.stdout
 
 

@@ -176,3 +176,18 @@ def test_an_engine_kept_awake_holds_its_share_through_the_update():
     assert asleep["engine_awake"] == 0
     assert (awake["training_allocated"] - asleep["training_allocated"]) / GIB == pytest.approx(0.35 * 79.2)
     assert awake["generation_peak"] == asleep["generation_peak"]
+
+
+def test_expandable_segments_named_only_where_the_cached_blocks_alone_are_over():
+    from core.trainer.memory_estimate import expandable_segments_lever
+
+    def settings(on=False, engine="vllm"):
+        return OmegaConf.create({"actor": {"expandable_segments": on}, "rollout": {"name": engine}})
+
+    found = {"training_allocated": 90 * GIB, "generation_peak": 80 * GIB, "allocator_cache": 25.4 * GIB}
+    assert expandable_segments_lever(settings(), found, 95 * GIB) == \
+        "actor.expandable_segments=true (no cached blocks: 25.4 GiB less)"
+    assert expandable_segments_lever(settings(on=True), found, 95 * GIB) is None  # already on
+    assert expandable_segments_lever(settings(engine="sglang"), found, 95 * GIB) is None  # refused beside SGLang
+    assert expandable_segments_lever(settings(), found, 85 * GIB) is None  # the update's own bytes are over
+    assert expandable_segments_lever(settings(), {**found, "generation_peak": 96 * GIB}, 95 * GIB) is None

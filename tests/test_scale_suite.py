@@ -10,7 +10,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from scale_suite import PROMPTS_PER_GPU, finished_steps, run_overrides, step_history, summarise, update_flops  # noqa: E402
+from scale_suite import (  # noqa: E402
+    PROMPTS_PER_GPU,
+    finished_steps,
+    parse_args,
+    run_name,
+    run_overrides,
+    step_history,
+    summarise,
+    update_flops,
+)
 
 TINY = {"hidden_size": 4, "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 2, "num_key_value_heads": 1,
         "intermediate_size": 8, "vocab_size": 10}
@@ -86,3 +95,11 @@ def test_the_report_says_where_the_time_limit_stopped_a_run():
     assert step_cell({"median_step_s": 72.04, "stopped_by_time_limit": "after step 2 of 3"}) == \
         "72.0 (stopped by the time limit after step 2 of 3)"
     assert step_cell({"median_step_s": 45.4}) == "45.4"
+
+
+def test_a_tagged_run_is_named_apart_from_the_untagged_one():
+    args = parse_args(["--recipes", "grpo", "--tag", "expandable", "actor.expandable_segments=true"])
+    assert args.overrides == ["actor.expandable_segments=true"]
+    model = Path("/w/model-qwen3-8b")
+    assert run_name("grpo", model, 2, "torchrun", args.tag) == "grpo_qwen3-8b_2gpu_torchrun_expandable"
+    assert run_name("grpo", model, 2, "torchrun") == "grpo_qwen3-8b_2gpu_torchrun"

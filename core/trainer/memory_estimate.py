@@ -14,8 +14,8 @@ that share with room for a KV cache); the HF backend holds a whole fp32 copy of 
 `per_gpu_memory` adds the all-gathered weights and the activations of one micro-batch, phase by phase
 (generation, with the engine awake; training, with it asleep), as nvidia-smi counts a GPU: with the CUDA
 runtime and the blocks PyTorch's caching allocator keeps, two terms fit on measured runs (RUNTIME_GIB,
-CACHED_ACTIVATION_SETS). The scale plan (bench/scale_plan.py) records it, the dry run prints it
-(core/trainer/plan.py) and the launch check (`check_run_fits`) refuses by it, the last two through
+CACHED_ACTIVATION_SETS; none under actor.expandable_segments). The scale plan (bench/scale_plan.py) records it,
+the dry run prints it (core/trainer/plan.py) and the launch check (`check_run_fits`) refuses by it, the last two through
 `run_memory` and `check_fits`, so both say the same.
 """
 
@@ -183,10 +183,14 @@ RUNTIME_GIB = 3.4
 # sets puts the fullest GPU of each H200 row of issue 35 within 5 points (GRPO 2 GPUs 135.7 / 124.2 GiB on
 # rank 0 / 1, RLOO 2 GPUs 135.7 / 128.1, DAPO 2 GPUs 98.8 / 110.9, GRPO 4 GPUs 89-90). Single ranks held
 # 1.2 to 2.0 more sets; both 135.7s are probably the device's ceiling, 4.7 GiB short of it, where a larger
-# request makes the allocator free its cache and retry. All fit with actor.expandable_segments off (the default);
-# with it on (core/engine/allocator.py) freed blocks serve requests of any size, so this term should shrink, but
-# until a GPU run measures by how much the estimate keeps it.
+# request makes the allocator free its cache and retry. All fit with actor.expandable_segments off (the default).
 CACHED_ACTIVATION_SETS = 1.6
+# With actor.expandable_segments on (core/engine/allocator.py) a freed tail serves a request of any size, so no
+# set is counted. Measured once (results/scale/logs/grpo_qwen3-8b_2gpu_torchrun_expandable_segments.suite.log):
+# GRPO on 2 H200s peaked at 114.5 GiB against 135.7 without, within 1 point of this model's 113.6 (its
+# generation phase; the update's 104.7 cannot be told apart in nvidia-smi's maximum, so the term is at most
+# 9.8 GiB there, 0.6 sets).
+CACHED_ACTIVATION_SETS_EXPANDABLE = 0.0
 
 
 @dataclass(frozen=True)
@@ -303,9 +307,12 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
     awake = engine * (not OmegaConf.select(config, "rollout.free_cache_engine", default=True))
     generation = sum(state.values()) - state["grads"] + engine + runtime
     allocated = sum(state.values()) + sum(gathered.values()) + sum(activations.values()) + awake + runtime
-    cache = CACHED_ACTIVATION_SETS * token_activations(activations)
+    expandable = OmegaConf.select(config, "actor.expandable_segments", default=False)
+    cache_sets = CACHED_ACTIVATION_SETS_EXPANDABLE if expandable else CACHED_ACTIVATION_SETS
+    cache = cache_sets * token_activations(activations)
     return {"state": state, "gathered": gathered, "activations": activations, "rollout": rollout, "engine": engine,
             "engine_awake": awake, "micro_batch_tokens": tokens, "runtime": runtime, "allocator_cache": cache,
+            "allocator_cache_sets": cache_sets,
             "generation_peak": generation, "training_allocated": allocated, "training_peak": allocated + cache,
             "peak": max(generation, allocated + cache), "device": device_bytes}
 
@@ -315,12 +322,21 @@ def token_activations(activations: dict[str, float]) -> float:
     return activations["layer_inputs"] + activations["layer_internals"]
 
 
+def expandable_segments_lever(config, found: dict, limit: float) -> str | None:
+    """`actor.expandable_segments=true` when the update is over `limit` only by the allocator's cached blocks
+    (and generation is within it); None otherwise. SGLang's memory saver refuses it (core/config/validate.py)."""
+    if (OmegaConf.select(config, "actor.expandable_segments", default=False) or config.rollout.name == "sglang"
+            or max(found["training_allocated"], found["generation_peak"]) > limit):
+        return None
+    return f"actor.expandable_segments=true (no cached blocks: {found['allocator_cache'] / GIB:.1f} GiB less)"
+
+
 def micro_batch_tokens_within(found: dict, limit: float, *, cached: bool) -> int:
     """The largest `actor.micro_batch_tokens` whose training phase stays within `limit` bytes, with the
     allocator's cached blocks (`cached`) or without them; 0 when the state alone does not leave room."""
     per_token = token_activations(found["activations"]) / found["micro_batch_tokens"]
     fixed = found["training_allocated"] - token_activations(found["activations"])
-    return max(int((limit - fixed) / (per_token * (1 + CACHED_ACTIVATION_SETS * cached))), 0)
+    return max(int((limit - fixed) / (per_token * (1 + found["allocator_cache_sets"] * cached))), 0)
 
 
 def engine_share_within(config, found: dict, limit: float) -> float:

@@ -23,6 +23,7 @@ from core.trainer.memory_estimate import (
     PEAK_TARGET,
     check_fits,
     engine_share_within,
+    expandable_segments_lever,
     micro_batch_tokens_within,
     phase_parts,
     run_memory,
@@ -179,6 +180,8 @@ def over_target(config, found: dict) -> str | None:
     budget = micro_batch_tokens_within(found, limit, cached=True)
     lever = (f"actor.micro_batch_tokens={budget} or less (now {found['micro_batch_tokens']} tokens a micro-batch), "
              f"or {more}") if budget else more
+    if expandable := expandable_segments_lever(config, found, limit):
+        lever = f"{expandable}, or {lever}"
     # Rows of full-length prompts, the worst case: a budget in tokens does not depend on prompt lengths.
     worst = "" if config.actor.micro_batch_tokens else " (at full-length prompts: the data's mean needs less)"
     return f"the update is over{worst}; within it with {lever}"
