@@ -21,7 +21,7 @@ SCALING_TARGET = 0.85  # tokens/s per GPU at 8 GPUs over at 2
 
 
 def table(results: list[dict]) -> list[str]:
-    lines = table_header("recipe", "GPUs", "controller", "settings", "step s", "gen s", "update s", "sync s",
+    lines = table_header("recipe", "GPUs", "controller", "settings", "step s", "start s", "gen s", "update s", "sync s",
                          "gen tok/s/GPU", "vs raw vLLM", "trained tok/s/GPU", "update MFU", "peak GiB per GPU")
     for r in results:
         stages = r["stages_s"]
@@ -29,6 +29,7 @@ def table(results: list[dict]) -> list[str]:
                   f"{number_cell(max(r['memory_total_gib'], default=None))}")
         lines.append(table_row([
             r["recipe"], str(r["gpus"]), r["controller"], r.get("settings", "scaled"), step_cell(r),
+            number_cell(r.get("start_s", {}).get("total"), ".0f"),
             number_cell(stages.get("gen")), number_cell(stages.get("update_actor")),
             number_cell(stages.get("sync_weights")), number_cell(r["generated_tokens_per_s_per_gpu"], ".0f"),
             number_cell(r.get("gen_vs_raw_vllm"), ".0%"), number_cell(r["trained_tokens_per_s_per_gpu"], ".0f"),
@@ -191,7 +192,9 @@ def build_readme(folder: Path, published_path: Path = PUBLISHED) -> str:
              "`bash bench/scale_suite.sh` wrote (setup: `pip install -e . -r bench/requirements-gpu.txt`). "
              "Weights are random, built from bench/configs/qwen3-8b (`model.init=random`): speed and memory "
              "depend on the shapes, not on trained weights. Times are medians over the steps after step 1; "
-             "MFU counts the update's useful FLOPs over 989 TFLOP/s per GPU; peak memory is nvidia-smi's.", ""]
+             "MFU counts the update's useful FLOPs over 989 TFLOP/s per GPU; peak memory is nvidia-smi's; start is the "
+             "time to the first step (under Ray: the cluster, its workers, then each role's loads and the engines), "
+             "each phase in the json's `start_s`.", ""]
     lines += table(results) if results else ["No results yet: run `bash bench/scale_suite.sh` on a GPU node."]
     lines += ["", "Each json holds the exact command, the commit and every step's metrics."] + scaling(results)
     if results:

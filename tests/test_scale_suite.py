@@ -103,3 +103,14 @@ def test_a_tagged_run_is_named_apart_from_the_untagged_one():
     model = Path("/w/model-qwen3-8b")
     assert run_name("grpo", model, 2, "torchrun", args.tag) == "grpo_qwen3-8b_2gpu_torchrun_expandable"
     assert run_name("grpo", model, 2, "torchrun") == "grpo_qwen3-8b_2gpu_torchrun"
+
+
+def test_the_report_table_states_each_runs_start():
+    from scale_report import table
+
+    run = {"recipe": "grpo", "gpus": 2, "controller": "ray", "settings": "scaled", "median_step_s": 46.6,
+           "start_s": {"ray_init": 10.1, "total": 148.48}, "stages_s": {"gen": 14.4}, "peak_memory_gib": [126.2, 135.7],
+           "memory_total_gib": [140.4, 140.4], "generated_tokens_per_s_per_gpu": 11375.1,
+           "trained_tokens_per_s_per_gpu": 3794.2, "update_mfu": 0.407}
+    header, _, row = table([run])
+    assert "| step s | start s |" in header and "| 46.6 | 148 | 14.4 |" in row
