@@ -106,6 +106,9 @@ def test_remax_baselines_are_the_greedy_rewards_and_advantages_subtract_them(fas
     torch.testing.assert_close(batch["advantages"], expected)
     step_metrics = logged[-1]
     assert step_metrics["critic/baseline/mean"] == pytest.approx(batch["baselines"].mean().item())
+    # The greedy tokens are generated too: counted apart from the trained ones (the generation stage's speed).
+    assert step_metrics["rollout/baseline_tokens"] == greedy["response_mask"].sum().item() > 0
+    assert step_metrics["rollout/generated_tokens"] == batch["response_mask"].sum().item()
 
 
 def test_remax_trainer_refuses_another_estimator(fast_overrides):

@@ -114,3 +114,15 @@ def test_the_report_table_states_each_runs_start():
            "trained_tokens_per_s_per_gpu": 3794.2, "update_mfu": 0.407}
     header, _, row = table([run])
     assert "| step s | start s |" in header and "| 46.6 | 148 | 14.4 |" in row
+
+
+def test_generation_speed_counts_a_recipes_untrained_tokens():
+    """ReMax's greedy baseline is generated in the gen stage but not trained on: 800 sampled + 200 greedy
+    tokens in 10 s on 2 GPUs is 50 tokens/s/GPU; the trained-token rate still counts the trained batch only."""
+    history = {s: {"timing_s/step": 20.0, "timing_s/gen": 10.0, "timing_s/update_actor": 5.0,
+                   "rollout/generated_tokens": 800.0, "rollout/baseline_tokens": 200.0,
+                   "perf/total_num_tokens": 1000.0} for s in (1, 2)}
+    result = summarise(history, gpus=2, config=TINY)
+    assert result["generated_tokens_per_s_per_gpu"] == pytest.approx(1000 / 10 / 2)
+    assert result["trained_tokens_per_s_per_gpu"] == pytest.approx(1000 / 20 / 2)
+    assert result["update_mfu"] == pytest.approx(update_flops(TINY, 1000, 0, 800) / (5.0 * 2 * 989e12))

@@ -330,7 +330,8 @@ class BaseTrainer:
         metrics["perf/throughput"] /= getattr(self.actor_rollout, "num_devices", 1)
         metrics = all_reduce_mean(metrics, self.world.device)
         for key in SUMMED_OVER_RANKS:
-            metrics[key] *= self.world.dp_size  # tp ranks of a dp group count the same rows
+            if key in metrics:  # every rank logs the same keys (all_reduce_mean needs it); some only some recipes
+                metrics[key] *= self.world.dp_size  # tp ranks of a dp group count the same rows
         metrics.update(self.timings)
         metrics.update(self.start_record)  # this process's start, with its first step (rank 0's, as logged)
         self.start_record = {}

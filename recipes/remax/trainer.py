@@ -28,6 +28,8 @@ class ReMaxTrainer(BaseTrainer):
         batch = super().generate(prompts, params)  # n sampled responses per prompt: the ones trained on
         greedy = self.actor_rollout.generate(prompts, replace(params, n=1, temperature=0.0))
         greedy_scores, _ = self.reward_manager(greedy)  # task score only: the baseline has no KL term
+        # Generated but never trained on: logged apart, so a step's generation speed counts them.
+        self.step_metrics["rollout/baseline_tokens"] = greedy["response_mask"].sum().item()
         # Matched by uid (the prompt's group), not by position, so the alignment cannot drift.
         baseline_of = dict(zip(greedy["uid"], greedy_scores.sum(-1).tolist()))
         batch.tensors["baselines"] = torch.tensor([baseline_of[uid] for uid in batch["uid"]],
