@@ -140,6 +140,11 @@ def finished_steps(history: dict[int, dict[str, float]]) -> int:
     return max((s for s in history if "timing_s/step" in history[s]), default=0)
 
 
+def stop_note(finished: int, steps: int) -> str:
+    """Where the time limit stopped a run: inside its steps, or in its shutdown after the last one."""
+    return f"after step {finished} of {steps}" + (" (in its shutdown)" if finished >= steps else "")
+
+
 def summarise(history: dict[int, dict[str, float]], gpus: int, config: dict) -> dict:
     """Medians over the steps after step 1 (step 1 holds one-off compiles and allocations)."""
     later = [history[s] for s in sorted(history) if s >= 2 and "timing_s/step" in history[s]]
@@ -204,7 +209,7 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
               "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "memory_total_gib": memory.totals_gib(),
               **summarise(history, gpus, config)}
     if stopped:
-        result["stopped_by_time_limit"] = f"after step {finished_steps(history)} of {args.steps}"
+        result["stopped_by_time_limit"] = stop_note(finished_steps(history), args.steps)
     peak = f"peak {max(result['peak_memory_gib']):.1f} GiB, " if result["peak_memory_gib"] else ""
     start = f"start {result['start_s']['total']:.0f} s, " if "total" in result["start_s"] else ""
     step = "no step after step 1" if result["median_step_s"] is None else f"{result['median_step_s']:.1f} s/step"

@@ -17,6 +17,7 @@ from scale_suite import (  # noqa: E402
     run_name,
     run_overrides,
     step_history,
+    stop_note,
     summarise,
     update_flops,
 )
@@ -87,6 +88,7 @@ def test_a_run_stopped_before_its_mlflow_run_opened_has_no_steps(tmp_path, monke
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     assert step_history(tmp_path / "mlruns", "grpo_qwen3-8b_2gpu_ray") == {}
     assert finished_steps({}) == 0 and finished_steps({0: {"val/acc": 0.1}, 1: {"timing_s/step": 9.0}}) == 1
+    assert stop_note(2, 3) == "after step 2 of 3" and stop_note(3, 3) == "after step 3 of 3 (in its shutdown)"
 
 
 def test_the_report_says_where_the_time_limit_stopped_a_run():
