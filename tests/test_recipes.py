@@ -12,6 +12,7 @@ from core.algos.advantages import group_indices
 from core.cli import load_trainer_class
 from core.config import load_config
 from core.data.dataset import write_rows
+from core.rollout.base import split_greedy_baselines
 from recipes.remax.trainer import ReMaxTrainer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,9 +93,11 @@ def test_remax_baselines_are_the_greedy_rewards_and_advantages_subtract_them(fas
     trainer.fit()
     (batch,) = updates
 
-    greedy_calls = [(params, rollout) for _, params, rollout in rollouts if params.greedy]
-    assert len(greedy_calls) == 1 and greedy_calls[0][0].n == 1
-    greedy = greedy_calls[0][1]
+    # One rollout call returns both: the samples, then one greedy completion per prompt (marked).
+    ((_, params, rollout),) = rollouts
+    assert params.greedy_baseline and params.n == 2 and not params.greedy
+    sampled, greedy = split_greedy_baselines(rollout)
+    assert len(sampled) == 4 * 2 and sorted(greedy["uid"]) == sorted(set(batch["uid"]))  # one greedy per prompt
     greedy_reward = dict(zip(greedy["uid"], trainer.reward_manager(greedy)[0].sum(-1).tolist()))
     assert len(batch) == 4 * 2  # the n sampled responses only; the greedy ones are not trained on
     assert batch["baselines"].shape == (len(batch),) and batch["baselines"].dtype == torch.float32

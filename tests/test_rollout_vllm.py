@@ -14,7 +14,7 @@ from core.config import load_config  # noqa: E402
 from core.data.dataset import PromptDataset, collate_prompts  # noqa: E402
 from core.data.sources import resolve_data_files  # noqa: E402
 from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
-from core.rollout.base import SamplingParams  # noqa: E402
+from core.rollout.base import SamplingParams, generate_rollout, split_greedy_baselines  # noqa: E402
 from core.rollout.hf import HFRollout  # noqa: E402
 from core.rollout.vllm import VLLMRollout, request_seeds  # noqa: E402
 from recipes.grpo.trainer import GRPOTrainer  # noqa: E402
@@ -94,6 +94,34 @@ def test_sampling_is_seeded_and_returns_n_per_prompt(vllm_rollout, tiny_model_di
     first, again = vllm_rollout.generate(prompts, params), vllm_rollout.generate(prompts, params)
     assert first["responses"].shape[0] == 12 and list(first["index"][:4]) == [prompts["index"][0]] * 4
     assert torch.equal(first["responses"], again["responses"])
+
+
+def test_greedy_baselines_decode_in_the_samples_engine_call(vllm_rollout, tiny_model_dir, tmp_path):
+    """ReMax's greedy completions in one vLLM call with the samples: the same samples and greedy tokens as
+    two separate calls, and the engine called once."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    prompts = arithmetic_prompts(tokenizer, tmp_path, count=3)
+    params = SamplingParams(n=2, temperature=2.0, max_new_tokens=12, seed=5)
+    calls = []
+    engine_generate = vllm_rollout.llm.generate
+    vllm_rollout.llm.generate = lambda *args, **kwargs: calls.append(1) or engine_generate(*args, **kwargs)
+    try:
+        both = generate_rollout(vllm_rollout, prompts, replace(params, greedy_baseline=True))
+    finally:
+        vllm_rollout.llm.generate = engine_generate
+    sampled, greedy = split_greedy_baselines(both)
+    assert len(calls) == 1 and len(sampled) == 6 and len(greedy) == 3
+    assert_same_tokens(sampled, vllm_rollout.generate(prompts, params))
+    assert_same_tokens(greedy, vllm_rollout.generate(prompts, replace(params, n=1, temperature=0.0)))
+    assert list(greedy["index"]) == list(prompts["index"])
+
+
+def assert_same_tokens(batch, expected):
+    """Equal tokens in rows that may be padded to different widths (the combined batch pads to its widest)."""
+    assert torch.equal(batch["response_mask"].sum(1), expected["response_mask"].sum(1))
+    width = expected["responses"].shape[1]
+    assert torch.equal(batch["responses"][:, :width] * batch["response_mask"][:, :width],
+                       expected["responses"] * expected["response_mask"])
 
 
 def test_each_request_of_a_seeded_call_samples_its_own_stream(vllm_rollout, tiny_model_dir, tmp_path):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 from transformers import GenerationConfig
@@ -25,10 +26,16 @@ class SamplingParams:
     # False where only the tokens are read (validation, evaluation, rollout.calculate_log_probs=false): vLLM and
     # SGLang then skip their per-token log-prob bookkeeping, and `rollout_log_probs` are zeros.
     log_probs: bool = True
+    # Also one greedy completion per prompt after the n samples, its rows marked GREEDY_BASELINE (ReMax's baseline):
+    # `generate_rollout` hands it to the backend's `generate_with_greedy_baselines`.
+    greedy_baseline: bool = False
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+GREEDY_BASELINE = "greedy_baseline"  # the non-tensor row marker of a greedy-baseline completion
 
 
 @dataclass
@@ -49,6 +56,13 @@ class RolloutBackend(ABC):
     @abstractmethod
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch: ...
 
+    def generate_with_greedy_baselines(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """`generate`'s n samples per prompt, then one greedy completion per prompt, marked True in
+        GREEDY_BASELINE: two engine calls here; an engine that decodes both in one batch overrides it."""
+        sampled = self.generate(prompts, params)
+        greedy = self.generate(prompts, greedy_baseline_params(params))
+        return with_greedy_baselines(sampled, greedy, self.tokenizer.pad_token_id)
+
     @abstractmethod
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Receive the trained policy's full state dict (weight sync after an update)."""
@@ -65,6 +79,33 @@ class RolloutBackend(ABC):
 
     def wake_up(self) -> None:
         """Take the memory back before the next rollout."""
+
+
+def generate_rollout(rollout: RolloutBackend, prompts: Batch, params: SamplingParams) -> Batch:
+    """What a worker calls: the samples, and with `params.greedy_baseline` the greedy completions after them."""
+    if params.greedy_baseline:
+        return rollout.generate_with_greedy_baselines(prompts, replace(params, greedy_baseline=False))
+    return rollout.generate(prompts, params)
+
+
+def greedy_baseline_params(params: SamplingParams) -> SamplingParams:
+    return replace(params, n=1, temperature=0.0, greedy_baseline=False)
+
+
+def with_greedy_baselines(sampled: Batch, greedy: Batch, pad_token_id: int) -> Batch:
+    """The samples, then the greedy completions, each row marked in GREEDY_BASELINE."""
+    sampled.non_tensors[GREEDY_BASELINE] = np.zeros(len(sampled), dtype=bool)
+    greedy.non_tensors[GREEDY_BASELINE] = np.ones(len(greedy), dtype=bool)
+    return concat_rollouts([sampled, greedy], pad_token_id)
+
+
+def split_greedy_baselines(batch: Batch) -> tuple[Batch, Batch]:
+    """(the samples, the greedy completions) of a batch `generate_rollout` made with `greedy_baseline`."""
+    marked = np.asarray(batch.non_tensors[GREEDY_BASELINE], dtype=bool)
+    parts = batch.select(~marked), batch.select(marked)
+    for part in parts:
+        del part.non_tensors[GREEDY_BASELINE]
+    return parts
 
 
 def extra_engine_kwargs(rollout_cfg) -> dict:

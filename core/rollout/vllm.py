@@ -26,9 +26,11 @@ from core.rollout.base import (
     RolloutBackend,
     SamplingParams,
     extra_engine_kwargs,
+    greedy_baseline_params,
     rollout_from_token_lists,
     unpadded_prompt_ids,
     uses_stop_strings,
+    with_greedy_baselines,
 )
 from core.rollout.placement import EnginePlacement
 
@@ -134,15 +136,31 @@ class VLLMRollout(RolloutBackend):
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         """Each rank passes its own prompts; the ranks of one engine (tensor parallel) pool theirs, all
         generate the pooled batch in lockstep, and each keeps its own rows."""
+        (batch,) = self._generate_pooled(prompts, [params])
+        return batch
+
+    def generate_with_greedy_baselines(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """The greedy requests in the samples' engine batch: decoded beside them, not in a second pass after."""
+        sampled, greedy = self._generate_pooled(prompts, [params, greedy_baseline_params(params)])
+        return with_greedy_baselines(sampled, greedy, self.tokenizer.pad_token_id)
+
+    def _generate_pooled(self, prompts: Batch, param_sets: list[SamplingParams]) -> list[Batch]:
+        """One engine call for every prompt under each of `param_sets`: one rollout batch per set."""
         self.wake_up()
-        pooled, own_rows, seed = self.placement.pool_prompts(unpadded_prompt_ids(prompts), params.seed)
-        requests = [{"prompt_token_ids": ids} for ids in pooled]
-        per_request = [self._vllm_params(replace(params, seed=s)) for s in request_seeds(seed, len(pooled))]
+        pooled, own_rows, seed = self.placement.pool_prompts(unpadded_prompt_ids(prompts), param_sets[0].seed)
+        requests = [{"prompt_token_ids": ids} for ids in pooled] * len(param_sets)
+        per_request = [self._vllm_params(replace(params, seed=s)) for params in param_sets
+                       for s in request_seeds(seed, len(pooled))]
         outputs = self.llm.generate(requests, per_request, use_tqdm=False, lora_request=self.lora_request)
-        sequences = [completion for request in outputs[own_rows] for completion in request.outputs]  # n per prompt
-        token_ids = [list(completion.token_ids) for completion in sequences]
-        log_probs = [sampled_log_probs(completion.logprobs) if params.log_probs else [] for completion in sequences]
-        return rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id, params.n)
+        batches = []
+        for index, params in enumerate(param_sets):
+            own = outputs[index * len(pooled):(index + 1) * len(pooled)][own_rows]
+            sequences = [completion for request in own for completion in request.outputs]  # n per prompt
+            token_ids = [list(completion.token_ids) for completion in sequences]
+            log_probs = [sampled_log_probs(c.logprobs) if params.log_probs else [] for c in sequences]
+            batches.append(rollout_from_token_lists(prompts, token_ids, log_probs, self.tokenizer.pad_token_id,
+                                                    params.n))
+        return batches
 
     def generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, max_new_tokens: list[int],
                      stop: tuple[str, ...] = ()) -> list[Completion]:

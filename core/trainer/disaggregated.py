@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from core.data.batch import Batch
 from core.models.loading import load_tokenizer
 from core.models.random_init import build_causal_lm
-from core.rollout.base import SamplingParams, concat_rollouts
+from core.rollout.base import SamplingParams, concat_rollouts, generate_rollout
 from core.trainer.ray_controller import ACTOR, RayWorkerGroup, contiguous_parts, kill_and_wait, rank_seeded
 from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
@@ -52,7 +52,7 @@ class RolloutWorker:
         self.rollout.load_weights(self.weight_group.receive())
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
-        return self.rollout.generate(prompts, params)
+        return generate_rollout(self.rollout, prompts, params)
 
 
 class DisaggregatedGroup(RayWorkerGroup):

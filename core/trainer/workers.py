@@ -25,7 +25,7 @@ from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.loading import resolve_model_path
 from core.models.lora import LoraSpec, write_adapter_dir
 from core.models.random_init import build_causal_lm, build_value_model
-from core.rollout.base import RolloutBackend, SamplingParams, stop_token_ids
+from core.rollout.base import RolloutBackend, SamplingParams, generate_rollout, stop_token_ids
 from core.rollout.hf import HFRollout
 from core.rollout.multi_turn.settings import build_multi_turn
 from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
@@ -81,7 +81,7 @@ class ActorRolloutRefWorker:
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         self.rollout.wake_up()
         try:
-            return self.rollout.generate(prompts, params)
+            return generate_rollout(self.rollout, prompts, params)
         finally:
             self.rollout.sleep()
 

@@ -1,7 +1,8 @@
 """ReMax (Li et al. 2023): REINFORCE whose baseline is the reward of the greedy response.
 
-For every prompt the rollout also decodes one greedy response (temperature 0). It is scored but
-never trained on; its reward b_i becomes the baseline of the prompt's n sampled responses:
+For every prompt the rollout also decodes one greedy response (temperature 0), in the samples' engine
+call (`SamplingParams.greedy_baseline`). It is scored but never trained on; its reward b_i becomes the
+baseline of the prompt's n sampled responses:
 A_t = Σ_{t'≥t} r_{t'} − b_i, the token rewards carrying the KL penalty (KL in the reward).
 """
 
@@ -12,6 +13,7 @@ from dataclasses import replace
 import torch
 
 from core.algos.advantages import ADV_ESTIMATORS
+from core.rollout.base import split_greedy_baselines
 from core.trainer.base import BaseTrainer
 
 
@@ -25,8 +27,9 @@ class ReMaxTrainer(BaseTrainer):
 
     def generate(self, prompts, params=None):
         params = params or self.sampling_params()
-        batch = super().generate(prompts, params)  # n sampled responses per prompt: the ones trained on
-        greedy = self.actor_rollout.generate(prompts, replace(params, n=1, temperature=0.0))
+        # The n sampled responses per prompt (the ones trained on) and one greedy response each, in one rollout
+        # call: an engine that batches both (vLLM) decodes the greedy ones beside the samples.
+        batch, greedy = split_greedy_baselines(super().generate(prompts, replace(params, greedy_baseline=True)))
         greedy_scores, _ = self.reward_manager(greedy)  # task score only: the baseline has no KL term
         # Generated but never trained on: logged apart, so a step's generation speed counts them.
         self.step_metrics["rollout/baseline_tokens"] = greedy["response_mask"].sum().item()
