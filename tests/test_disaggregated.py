@@ -25,7 +25,8 @@ PROBE = SamplingParams(n=1, temperature=1.0, max_new_tokens=6, seed=1)  # the sa
 
 def start_ray(num_cpus: int) -> None:
     ray.shutdown()
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    # address="local": a cluster of its own, not one already running on the host (ray.init would join that)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
 
 
 def tiny_run(model_dir, out, *extra):

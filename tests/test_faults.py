@@ -224,7 +224,8 @@ def test_ctrl_c_under_ray_saves_the_step_and_stops_the_workers(random_model_dir,
                                           "tracking.backends=[console]", "trainer.controller=ray",
                                           "trainer.num_threads=1"))
     ray.shutdown()
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    # address="local": a cluster of its own, not one already running on the host (ray.init would join that)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         trainer = load_trainer_class(f"{trainers}:CtrlC")(config)
         workers = list(trainer.actor_rollout.workers)

@@ -25,7 +25,8 @@ RAY_WORKERS = ["trainer.controller=ray", "trainer.n_gpus_per_node=2", "trainer.n
 @pytest.fixture
 def local_ray():
     ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": a cluster of its own, not one already running on the host (ray.init would join that)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

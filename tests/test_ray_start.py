@@ -61,7 +61,8 @@ def test_training_ranks_and_rollout_workers_set_up_side_by_side_and_the_start_is
     """Disaggregated, 2 training ranks and 1 rollout worker: the rollout worker's setup starts before the
     training ranks' ends (it once waited for them), and the first step logs every phase."""
     ray.shutdown()
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    # address="local": a cluster of its own, not one already running on the host (ray.init would join that)
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
         trainer = GRPOTrainer(load_config("grpo", [
             f"model.path={random_model_dir}", "trainer.total_steps=1", "trainer.test_freq=0",

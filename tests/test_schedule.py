@@ -176,7 +176,8 @@ def test_a_rollout_worker_killed_mid_generation_stops_the_run_and_its_checkpoint
               "tracking.backends=[console]", "trainer.total_steps=3", "trainer.save_freq=1",
               f"trainer.output_dir={tmp_path}/out"]
     ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": a cluster of its own, not one already running on the host (ray.init would join that)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         trainer = KillRank1WhileGenerating(load_config("grpo", common + [
             "trainer.schedule=one_step_off", "trainer.controller=ray", "trainer.n_gpus_per_node=2",
