@@ -158,13 +158,13 @@ def summarise(history: dict[int, dict[str, float]], gpus: int, config: dict) -> 
     step_s, gen_s, update_s = median("timing_s/step"), median("timing_s/gen"), median("timing_s/update_actor")
     generated, tokens = median("rollout/generated_tokens"), median("perf/total_num_tokens")
     # The generation stage's own tokens: a recipe's untrained ones too (ReMax's greedy baseline).
-    generated_in_gen = generated + (median("rollout/baseline_tokens") or 0) if generated else generated
+    decoded = (generated or 0) + (median("rollout/baseline_tokens") or 0)
     mean_len = (median("prompt_length/mean") or 0) + (median("response_length/mean") or 0)
     return {
         "median_step_s": step_s,
         "stages_s": {stage: median(f"timing_s/{stage}") for stage in STAGES if median(f"timing_s/{stage}") is not None},
         "start_s": {key.removeprefix(START_PREFIX): value for key, value in first.items() if key.startswith(START_PREFIX)},
-        "generated_tokens_per_s_per_gpu": generated_in_gen / gen_s / gpus if generated and gen_s else None,
+        "generated_tokens_per_s_per_gpu": decoded / gen_s / gpus if generated and gen_s else None,
         "trained_tokens_per_s_per_gpu": tokens / step_s / gpus if tokens and step_s else None,
         "update_mfu": update_flops(config, tokens, mean_len, generated) / (update_s * gpus * PEAK_BF16)
         if tokens and update_s else None,
