@@ -113,6 +113,26 @@ def test_eval_names_a_file_without_ground_truth(tmp_path, capsys):
     assert "bad.parquet: row 1 has no 'reward_model.ground_truth'" in err
 
 
+def test_eval_refuses_when_most_responses_fail_to_score(tmp_path, capsys):
+    """A scorer that cannot run (here it raises; on a GPU host, a verifier whose import failed) would score
+    every response 0, which reads as an accuracy: the command stops before writing the json or an MLflow run."""
+    scorer = tmp_path / "broken.py"
+    scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    import no_such_module  # noqa: F401\n")
+    write_rows([{**row, "responses": ["#### 3"]} for row in arithmetic_rows()], tmp_path / "responses.parquet")
+    out, uri = tmp_path / "m.json", f"sqlite:///{tmp_path}/mlflow.db"
+    argv = ["eval", "--responses", str(tmp_path / "responses.parquet"), "--out", str(out), "--mlflow-uri", uri,
+            "--reward-manager", "naive", "--custom-function", f"{scorer}:compute_score"]
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err
+    assert "broken.py:compute_score failed on 3 of 3 rows" in err and "No module named 'no_such_module'" in err
+    assert "--max-error-frac=0.5" in err and not out.exists() and not (tmp_path / "mlflow.db").exists()
+    assert cli_main([*argv, "--max-error-frac", "1"]) == 0  # the user's choice: every row scored 0, reported
+    assert json.loads(out.read_text())["reward_errors"] == 3
+    assert cli_main([*argv, "--max-error-frac", "2"]) == 1
+    assert "--max-error-frac=2: expected a share between 0 and 1" in capsys.readouterr().err
+
+
 def test_generate_without_a_model_says_which_flag_is_missing(tmp_path, capsys):
     assert cli_main(["generate", "--data", "x.parquet", "--out", str(tmp_path / "o.parquet")]) == 1
     assert "--model required" in capsys.readouterr().err

@@ -27,6 +27,9 @@ def add_parser(commands) -> None:
                           help="GSM8K grader: strict `#### N` (verl default) or flexible (last number)")
     evaluate.add_argument("--reward-manager", choices=["naive", "pool"], default="pool")
     evaluate.add_argument("--timeout-s", type=float, default=10.0, help="per-sample scorer time limit (pool)")
+    evaluate.add_argument("--max-error-frac", type=float, default=0.5,
+                          help="refuse (exit 1, nothing written) when more than this share of the responses failed "
+                               "to score: raised or timed out (as the trainer's reward.max_error_frac)")
     evaluate.add_argument("--custom-function", metavar="FILE.py:NAME", help="score every row with this function")
     evaluate.add_argument("--mlflow-uri", default=None, help="tracking URI (default: sqlite:///<cwd>/mlflow.db)")
     evaluate.add_argument("--experiment", default="recipezoo-eval")
@@ -86,12 +89,14 @@ def _eval_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         parse_tags(args.tag)  # a malformed --tag fails before any work
+        if not 0.0 <= args.max_error_frac <= 1.0:
+            raise ValueError(f"--max-error-frac={args.max_error_frac:g}: expected a share between 0 and 1")
         responses = args.responses
         if not responses:
             responses = [str(generate_responses(_spec(args), out.with_name(out.stem + "_responses.parquet")))]
         grader = {"gsm8k_method": args.gsm8k_method, "custom_function": args.custom_function}
         with _reward_manager(args) as reward_manager:
-            report = evaluate(responses, reward_manager, grader)
+            report = evaluate(responses, reward_manager, grader, args.max_error_frac)
     except (ValueError, FileNotFoundError) as error:
         print(f"recipezoo eval: {error}", file=sys.stderr)
         return 1

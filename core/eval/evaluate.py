@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.data.dataset import get_field, read_rows
 from core.eval.summary import PromptResult, summarize
+from core.reward.manager import too_many_errors
 
 GROUND_TRUTH_KEY = "reward_model.ground_truth"
 
@@ -55,15 +56,23 @@ def score_rows(rows: list[dict], reward_manager) -> tuple[list[PromptResult], li
     return results, details
 
 
-def evaluate(paths: list[str], reward_manager, grader: dict) -> dict:
-    """{"results": summarize(...), "protocol": generation settings + grader, "files", "reward_errors"}."""
+def evaluate(paths: list[str], reward_manager, grader: dict, max_error_frac: float = 0.5) -> dict:
+    """{"results": summarize(...), "protocol": generation settings + grader, "files", "reward_errors"}.
+
+    ValueError when more than `max_error_frac` of the responses failed to score (the scorer raised or
+    timed out): each would count as a wrong answer, so an accuracy of such a run measures the scorer."""
     rows = load_scored_inputs(paths)
     results, details = score_rows(rows, reward_manager)
+    errors = [error for detail in details for error in detail["errors"]]
+    sources = [row["data_source"] for row, detail in zip(rows, details) for _ in detail["errors"]]
+    failure = too_many_errors(reward_manager, sources, {"error": errors}, max_error_frac,
+                              settings=("--max-error-frac", "--timeout-s"))
+    if failure:
+        raise ValueError(f"{', '.join(paths)}: {failure}")
     settings = {json.dumps(row.get("generation"), sort_keys=True, default=str) for row in rows}
     generation = json.loads(settings.pop()) if len(settings) == 1 else "mixed (files generated with different settings)"
-    errors = sum(error is not None for detail in details for error in detail["errors"])
     return {"results": summarize(results), "protocol": {"generation": generation, "grader": grader},
-            "files": [str(Path(p)) for p in paths], "reward_errors": errors}
+            "files": [str(Path(p)) for p in paths], "reward_errors": sum(error is not None for error in errors)}
 
 
 def format_report(report: dict) -> str:

@@ -189,19 +189,21 @@ def failed_row(error: str) -> dict:
     return {"score": 0.0, "acc": 0.0, "error": error[:300]}
 
 
-def too_many_errors(manager, data_sources: list[str], info: dict, max_error_frac: float) -> str | None:
+def too_many_errors(manager, data_sources: list[str], info: dict, max_error_frac: float,
+                    settings: tuple[str, str] = ("reward.max_error_frac", "reward.timeout_s")) -> str | None:
     """One line when more than `max_error_frac` of a batch's rows failed to score (raised or timed out),
-    naming the function and the first error: scored 0, they would train the policy on noise. `manager`:
-    the trainer's reward manager (a `RewardManager` names its scorer; any other callable, its class)."""
+    naming the function and the first error: scored 0, they would train the policy on noise (or, in an
+    evaluation, read as a wrong answer). `manager`: the reward manager (a `RewardManager` names its scorer;
+    any other callable, its class); `settings`: the names of the error-fraction and timeout knobs to advise."""
     errors = info.get("error") or []
     failed = [row for row, error in enumerate(errors) if error is not None]
     if len(failed) <= max_error_frac * len(errors):
         return None
-    first = failed[0]
+    first, (frac_key, timeout_key) = failed[0], settings
     name = manager.scorer_name(data_sources[first]) if isinstance(manager, RewardManager) else type(manager).__name__
     return (f"the reward function {name} failed on {len(failed)} of {len(errors)} rows of a batch, more than "
-            f"reward.max_error_frac={max_error_frac:g}; first error: {errors[first]} — fix the function (timeouts: "
-            "raise reward.timeout_s), or raise reward.max_error_frac")
+            f"{frac_key}={max_error_frac:g}; first error: {errors[first]} — fix the function (timeouts: "
+            f"raise {timeout_key}), or raise {frac_key}")
 
 
 def reward_metrics(info: dict) -> dict[str, float]:
