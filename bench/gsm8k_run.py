@@ -208,7 +208,8 @@ def evaluate(args, config, rollout, tokenizer, *, label: str, tags: dict[str, st
         for grader in graders:
             out = work / f"{tags['eval_stage']}_{name}_{grader}.json"
             run_name = f"{args.job}-{tags['eval_stage']}-{name}" + (f"-{grader}" if len(graders) > 1 else "")
-            argv = ["eval", "--responses", str(responses), "--gsm8k-method", grader, "--reward-manager", "naive",
+            argv = ["eval", "--responses", str(responses), "--gsm8k-method", grader,  # the run's own reward manager
+                    "--reward-manager", config.reward.manager, "--timeout-s", str(config.reward.timeout_s),
                     "--experiment", config.tracking.experiment, "--seed", str(config.trainer.seed),
                     "--run-name", run_name, "--out", str(out), "--mlflow-uri", config.tracking.uri]
             for key, value in {**tags, **({MODEL_SHA_TAG: args.model_sha256} if args.model_sha256 else {})}.items():

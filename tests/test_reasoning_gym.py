@@ -181,6 +181,26 @@ def test_scored_by_the_tasks_own_verifier(tmp_path):
     assert [r["acc"] for r in results] == [1.0, 0.0] and all(r["error"] is None for r in results)
 
 
+def test_a_verifier_that_never_returns_is_stopped_by_the_pool_the_suites_score_with(tmp_path):
+    """countdown's verifier evaluates the answer with sympy: `9**9**9**9` would run for ever in the trainer's
+    process (it hung a leaderboard job on a GPU host). The reasoning-gym suites score in worker processes with a
+    time limit: that row scores 0 with a timeout error, the next one normally; the GSM8K suite keeps in-process."""
+    import bench.gsm8k_leaderboard as driver
+    from core.reward.pool import PoolRewardManager
+
+    write_suite(["countdown"], {}, tmp_path, size=5, test_size=3, seed=0)
+    row = read_rows(tmp_path / "test.parquet")[0]
+    truth = row["reward_model"]["ground_truth"]
+    with PoolRewardManager(tokenizer=None, num_workers=1, timeout_s=3) as manager:
+        hung, plain = manager.score_texts(["<answer>9**9**9**9</answer>", "<answer>1 + 1</answer>"],
+                                          [row["data_source"]] * 2, [truth] * 2)
+    assert hung["score"] == 0.0 and hung["error"].startswith("timeout:")
+    assert plain["error"] is None and 0.0 < plain["score"] < 1.0  # the verifier's partial credit for a wrong sum
+    for suite, pooled in (("reasoning-gym-open", True), ("reasoning-gym", True), ("gsm8k", False)):
+        common = driver.run_overrides(driver.parse_args(["--suite", suite, "--model", "m"]), tmp_path, "file:///s", 2048)
+        assert ("reward.manager=pool" in common) is pooled
+
+
 # ---- the leaderboard driver's reasoning-gym suite --------------------------------------------------------------
 
 def test_driver_suite_files_budget_and_model_hash(tmp_path, random_model_dir, capsys):
