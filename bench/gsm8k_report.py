@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.leaderboard_suites import SUITES
 from bench.results_page import table_header
 from core.tracking.console import format_duration
-from core.tracking.leaderboard import write_leaderboard
+from core.tracking.leaderboard import build_leaderboard, write_leaderboard
 from core.tracking.mlflow_tracker import package_versions
 from core.tracking.run_export import (
     AFTER_EVAL_TAG,
@@ -219,6 +219,13 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
                else load_export(folder / "runs.json") for folder in folders]
     merged = counted_runs(merge_exports(exports), records.values())
     target = results / suite.results_dir
+    board_dir = target if suite.own_leaderboard else results
+    others = [] if suite.own_leaderboard or not (results / "runs.json").is_file() else [results / "runs.json"]
+    try:  # the table first: runs it refuses (a seed twice, two evaluations of one model) change no file
+        build_leaderboard(merge_exports([*map(load_export, others), merged]))
+    except LeaderboardError as error:
+        print(f"recipezoo leaderboard: {error}", flush=True)
+        return 1
     save_export(merged, target / "runs.json")
     (target / "invocations").mkdir(parents=True, exist_ok=True)
     for name, record in records.items():
@@ -229,17 +236,11 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
             shutil.copyfile(folder / "runs.json", target / "timings" / f"{folder.name}.json")
     invocations = [records[name] for name in sorted(records)]
     counted_ids = {run["run_id"] for run in merged["runs"]}
-    board_dir = target if suite.own_leaderboard else results
-    sources = [path for path in ((target / "runs.json",) if suite.own_leaderboard else
-                                 (results / "runs.json", target / "runs.json")) if path.is_file()]
+    sources = [*others, target / "runs.json"]
     shown = " ".join(_relative(path) for path in sources)
     regenerate = f"recipezoo leaderboard --from-export {shown} --out {_relative(board_dir)}"
     (target / "README.md").write_text(render_readme(invocations, counted_ids, regenerate, suite), encoding="utf-8")
-    try:
-        written = write_leaderboard(merge_exports([load_export(path) for path in sources]), board_dir, export_path=shown)
-    except LeaderboardError as error:
-        print(f"recipezoo leaderboard: {error}", flush=True)
-        return 1
+    written = write_leaderboard(merge_exports([load_export(path) for path in sources]), board_dir, export_path=shown)
     print("wrote " + ", ".join(str(path) for path in [target / "runs.json", target / "README.md", *written]), flush=True)
     return 0
 

@@ -36,7 +36,7 @@ from core.eval.generate import GenerationSpec, generate_responses
 from core.models import fetch
 from core.rollout.base import RolloutBackend, assemble_rollout, response_mask_from_ids
 from core.tracking.console import ConsoleLogger
-from core.tracking.run_export import TRAIN_REWARD_KEY, load_export
+from core.tracking.run_export import TRAIN_REWARD_KEY, load_export, save_export
 from core.tracking.tracker import Tracking
 from core.trainer.base import BaseTrainer
 from tests.helpers_tokenizer import build_char_tokenizer
@@ -572,6 +572,15 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
         "20000101-000000-other.json", "20000101-000000.json", record_path.name]
     merged = json.loads((results / "leaderboard.json").read_text())
     assert merged["rows"] and merged["before_after"]["rows"][0]["recipe"] == "grpo"
+    # The pretrained model evaluated again elsewhere: the table refuses the second evaluation, and no file changes.
+    again = tmp_path / "again"
+    again.mkdir()
+    save_export({**export, "runs": [], "evals": [{**entry, "run_id": f"again-{entry['run_id']}"}
+                                                 for entry in export["evals"] if entry["stage"] == "before"]},
+                again / "runs.json")
+    before = {path: path.read_bytes() for path in results.rglob("*") if path.is_file()}
+    assert report.merge_outputs([results / "gsm8k_leaderboard", again], results) == 1
+    assert {path: path.read_bytes() for path in results.rglob("*") if path.is_file()} == before
 
 
 def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
