@@ -2,6 +2,7 @@
 settings bench/scale_suite.sh runs, and the per-GPU memory arithmetic behind it, phase by phase.
 
     python bench/scale_plan.py [--gpus 2 4] [--full-gpus 8] [--recipes dapo grpo rloo remax ppo] [--controllers torchrun ray]
+        [--tag expandable actor.expandable_segments=true]   # the plan of a suite run made with these overrides
 
 `--gpus`: the suite's default settings (the script's batch cut to PROMPTS_PER_GPU prompts per GPU);
 `--full-gpus`: the script's own settings (`bash bench/scale_suite.sh --full`, e.g. DAPO's 512 prompt
@@ -10,7 +11,8 @@ by `recipezoo data gsm8k` when DATA holds no parquet). The memory is `per_gpu_me
 core/trainer/memory_estimate.py, in GiB as nvidia-smi counts it, for an H100 80GB and an H200 141GB with
 prompts of the training data's mean length, against the suite's target of at most 95% of each GPU; it is
 arithmetic with two terms fit on measured runs, not a measurement. Writes
-results/scale/plan_<recipe>_qwen3-8b_<N>gpu_<controller>.json; then `python bench/scale_report.py`.
+results/scale/plan_<recipe>_qwen3-8b_<N>gpu_<controller>[_<tag>].json; then `python bench/scale_report.py`, which
+sets each measured run beside the plan of the same settings.
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_suite import ROOT, ensure_data, model_dir, run_overrides, script_plan  # noqa: E402 (puts the repo root on sys.path)
+from scale_suite import (  # noqa: E402 (puts the repo root on sys.path)
+    ROOT,
+    ensure_data,
+    model_dir,
+    run_name,
+    run_overrides,
+    script_plan,
+    settings_label,
+)
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
 from core.trainer.memory_estimate import (  # noqa: E402
@@ -55,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="dir with GSM8K train/test.parquet (made by `recipezoo data gsm8k` when missing)")
     parser.add_argument("--work", default="/tmp/recipezoo-scale", help="model dir and the dry runs' json")
     parser.add_argument("--out", default=str(ROOT / "results/scale"))
+    parser.add_argument("--tag", default="", help="suffix of each plan's name, as bench/scale_suite.sh --tag names "
+                        "the runs made with the same overrides")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every plan, as given to the suite")
     return parser.parse_args(argv)
 
 
@@ -152,15 +165,15 @@ def over_target(found: dict) -> str:
 def plan_one(args, recipe: str, controller: str, gpus: int, full: bool, model: Path, data: Path) -> dict:
     from omegaconf import OmegaConf
 
-    name = f"plan_{recipe}_{model.name.removeprefix('model-')}_{gpus}gpu_{controller}"
+    name = "plan_" + run_name(recipe, model, gpus, controller, args.tag)
     work = Path(args.work)
-    overrides = run_overrides(recipe, controller, gpus, 3, model, work / "mlruns", name, full)
+    overrides = [*run_overrides(recipe, controller, gpus, 3, model, work / "mlruns", name, full), *args.overrides]
     command, text, planned = script_plan(recipe, gpus, overrides, data, work / f"{name}.json")
     config = OmegaConf.create(planned["config"])
     prompt_tokens = mean_prompt_tokens(model, data, config.data.max_prompt_length, config.data.truncation)
     memory = memory_by_device(config, model, planned["plan"]["resources"]["world_size"], prompt_tokens)
     return {"name": name, "recipe": recipe, "gpus": gpus, "controller": controller,
-            "settings": "script" if full else "scaled", "commit": git_commit(ROOT),
+            "settings": settings_label(full, args.overrides), "commit": git_commit(ROOT),
             # Run from the repository root, as the script itself is: paths inside it shown relative to it.
             "command": f"NGPUS={gpus} DATA={data} " + " ".join(command).replace(f"{ROOT}/", ""),
             "plan": {key: planned["plan"][key] for key in ("resources", "rollout", "batch", "lengths", "memory", "notes")},

@@ -78,7 +78,9 @@ def plan_section(plans: list[dict]) -> list[str]:
              "each run_qwen3_8b.sh's own `--dry-run` with the suite's overrides, under torchrun and under Ray. "
              "At 2 and 4 GPUs the settings are the suite's default (the script's batch cut to PROMPTS_PER_GPU "
              "prompts per GPU, `rollout.gpu_memory_utilization=0.35`); at 8 GPUs they are the script's own "
-             "(`bash bench/scale_suite.sh --full`). Memory per GPU is `per_gpu_memory` in "
+             "(`bash bench/scale_suite.sh --full`). A settings cell with overrides is the plan of suite runs made "
+             "with them (`python bench/scale_plan.py --gpus 2 4 --full-gpus --tag T OVERRIDES`, as "
+             "`bash bench/scale_suite.sh --tag T OVERRIDES` names the runs). Memory per GPU is `per_gpu_memory` in "
              "core/trainer/memory_estimate.py, in GiB as nvidia-smi counts it: FSDP2 shards the fp32 weights, "
              "gradients, AdamW moments and reference (and PPO's critic) over the GPUs; the update also holds the "
              "copies FSDP2 gathers (its root unit, two layers, their gradients, the LM head's fp32 gradient) and "
@@ -126,7 +128,7 @@ def measured_vs_plan(results: list[dict], plans: list[dict]) -> list[str]:
         device = min(DEVICES, key=lambda d: abs(plan["memory_per_gpu"][d]["capacity_gib"] - total))
         estimate = plan["memory_per_gpu"][device]
         measured = max(r["peak_memory_gib"])
-        lines.append(table_row([r["recipe"], str(r["gpus"]), r["controller"], device,
+        lines.append(table_row([r["recipe"], str(r["gpus"]), r["controller"], r.get("settings", "scaled"), device,
                                 " / ".join(number_cell(x) for x in r["peak_memory_gib"]),
                                 f"{measured / total:.1%}", number_cell(estimate["peak_gib"]),
                                 f"{estimate['peak_fraction']:.1%}",
@@ -134,7 +136,7 @@ def measured_vs_plan(results: list[dict], plans: list[dict]) -> list[str]:
     if not lines:
         return []
     return ["", "Measured peaks beside the plan's estimate (the fullest GPU; target: within ± 5 points):", "",
-            *table_header("recipe", "GPUs", "controller", "device", "measured GiB per GPU", "measured",
+            *table_header("recipe", "GPUs", "controller", "settings", "device", "measured GiB per GPU", "measured",
                           "estimated GiB", "estimated", "points off"), *lines]
 
 

@@ -184,6 +184,11 @@ def update_flops(config: dict, tokens: float, mean_len: float, response_tokens: 
     return 6 * layers * per_layer * tokens + attention + 6 * config["vocab_size"] * hidden * response_tokens
 
 
+def settings_label(full: bool, overrides: list[str]) -> str:
+    """A run's (or plan's) settings as the report matches them: `scaled` or `script`, then each override."""
+    return " + ".join(["script" if full else "scaled", *overrides])
+
+
 def run_name(recipe: str, model: Path, gpus: int, controller: str, tag: str = "") -> str:
     """`grpo_qwen3-8b_2gpu_torchrun`, with `_<tag>` for a run with overrides beside the one without."""
     return f"{recipe}_{model.name.removeprefix('model-')}_{gpus}gpu_{controller}" + (f"_{tag}" if tag else "")
@@ -201,8 +206,7 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
                                              timeout_s=args.timeout_s, env=env)
     config = json.loads((model / "config.json").read_text())
     history = step_history(store, name)
-    settings = " + ".join(["script" if args.full else "scaled", *args.overrides])
-    result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": settings,
+    result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": settings_label(args.full, args.overrides),
               "model": f"{model.name.removeprefix('model-')} (random init from its config)",
               "controller": controller, "device": device_name(), "commit": git_commit(ROOT),
               "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),

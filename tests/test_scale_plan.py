@@ -180,6 +180,34 @@ def test_plan_runs_both_scripts_at_8_gpus_under_both_controllers(gsm8k_parquet, 
     assert grpo["memory_per_gpu"]["H100 80GB"]["state_gib"]["reference"] > 0  # GRPO's KL loss needs the reference
 
 
+def test_plan_of_a_tagged_suite_run_has_its_overrides_name_and_settings(gsm8k_parquet, tmp_path):
+    from scale_plan import main
+
+    out = tmp_path / "out"
+    main(["--recipes", "grpo", "--controllers", "torchrun", "--gpus", "2", "--full-gpus", "--data", str(gsm8k_parquet),
+          "--work", str(tmp_path / "work"), "--out", str(out), "--tag", "expandable", "actor.expandable_segments=true"])
+    (path,) = out.glob("plan_*.json")
+    plan = json.loads(path.read_text())
+    assert path.name == "plan_grpo_qwen3-8b_2gpu_torchrun_expandable.json"
+    assert plan["settings"] == "scaled + actor.expandable_segments=true"
+    assert plan["command"].endswith("actor.expandable_segments=true")
+    assert plan["memory_per_gpu"]["H200 141GB"]["allocator_cache_gib"] == 0  # no cached blocks are counted
+
+
+def test_report_sets_each_measured_run_beside_the_plan_of_its_settings(tmp_path):
+    """The ReMax runs on 2 H200s with and without expandable segments: each beside its own plan (the plain plan
+    counts the allocator's cached blocks, the tagged one does not)."""
+    from scale_report import build_readme
+
+    for name in ("remax_qwen3-8b_2gpu_torchrun.json", "remax_qwen3-8b_2gpu_torchrun_expandable.json",
+                 "plan_remax_qwen3-8b_2gpu_torchrun.json", "plan_remax_qwen3-8b_2gpu_torchrun_expandable.json"):
+        shutil.copy(ROOT / "results/scale" / name, tmp_path / name)
+    text = build_readme(tmp_path)
+    assert "| remax | 2 | torchrun | scaled | H200 141GB | 133.9 / 124.2 | 95.4% | 130.1 | 92.6% | -2.7 |" in text
+    assert ("| remax | 2 | torchrun | scaled + actor.expandable_segments=true | H200 141GB | 114.5 / 114.5 | 81.6% "
+            "| 113.6 | 80.9% | -0.7 |") in text
+
+
 def test_report_renders_the_plan_and_verl_sections_from_committed_json(tmp_path):
     from scale_report import build_readme
 
