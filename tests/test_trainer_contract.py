@@ -3,9 +3,11 @@
 import textwrap
 
 import pytest
+import torch
 
 from core.cli import load_trainer_class
-from core.config import load_config
+from core.config import ConfigError, load_config
+from core.config.validate import validate_config
 from core.data.batch import BatchContractError
 from recipes.grpo.trainer import GRPOTrainer
 
@@ -91,6 +93,25 @@ def test_a_single_update_step_skips_the_old_policy_forward_and_trains_the_same(f
     # Two optimizer steps per rollout (the fixture's default) keep the recomputation.
     _, seen_two = _one_update_run(fast_overrides)
     assert "old_log_probs" in seen_two["batch"]
+
+
+def test_bypass_mode_takes_the_old_policy_from_the_rollout_and_runs_no_old_policy_forward(fast_overrides):
+    """verl's bypass mode: π_old is the sampling engine's log-probs (here the HF rollout's), so the old-policy
+    forward before the update is not run, also with two optimizer steps per rollout, where it otherwise is;
+    GRPO's reference still is."""
+    trainer, seen = _one_update_run(fast_overrides + ["algorithm.rollout_correction.bypass_mode=true"])
+    batch = seen["batch"]
+    assert torch.equal(batch["old_log_probs"], batch["rollout_log_probs"]) and "ref_log_probs" in batch
+    assert batch["rollout_log_probs"].abs().sum() > 0  # real log-probs, not the zeros of an engine without them
+    calls = []
+    original = trainer.actor_rollout.compute_log_probs
+    trainer.actor_rollout.compute_log_probs = lambda b: calls.append(len(b)) or original(b)
+    trainer.compute_log_probs(batch)
+    assert calls == []
+    for bad, message in ((["rollout.calculate_log_probs=false"], "with rollout.calculate_log_probs=false"),
+                         (["algorithm.rollout_correction.mode=tis"], "mode=tis with bypass_mode=true")):
+        with pytest.raises(ConfigError, match=message):
+            validate_config(load_config("grpo", fast_overrides + ["algorithm.rollout_correction.bypass_mode=true", *bad]))
 
 
 def test_recompute_old_log_probs_rejects_unknown_values(fast_overrides):

@@ -265,6 +265,9 @@ def check_algorithm(resolved: dict) -> None:
     if correction["mask_low"] >= correction["mask_high"]:
         raise ConfigError(f"algorithm.rollout_correction.mask_low={correction['mask_low']} ≥ mask_high="
                           f"{correction['mask_high']} — expected a band with mask_low < mask_high")
+    if correction["bypass_mode"] and correction["mode"] != NO_CORRECTION:
+        raise ConfigError(f"algorithm.rollout_correction.mode={correction['mode']} with bypass_mode=true — its weights "
+                          "are π_old / π_rollout, and bypass mode makes π_old the rollout's: set one of them off")
     if correction["mode"] != NO_CORRECTION and loss not in CORRECTED_LOSSES:
         raise ConfigError(f"algorithm.rollout_correction.mode={correction['mode']} with actor.policy_loss={loss} — "
                           f"expected one of {list(CORRECTED_LOSSES)}: only they weigh tokens by the correction")
@@ -332,6 +335,8 @@ def check_rollout_log_probs(resolved: dict) -> None:
     readers = {
         "algorithm.rollout_correction.mode": (resolved["algorithm"]["rollout_correction"]["mode"] != NO_CORRECTION,
                                               "its importance weights are π_old / π_rollout"),
+        "algorithm.rollout_correction.bypass_mode": (resolved["algorithm"]["rollout_correction"]["bypass_mode"],
+                                                     "π_old is the engine's log-probs"),
         "trainer.partial_rollout": (resolved["trainer"]["partial_rollout"],
                                     "a resumed response keeps the log-probs of the weights that sampled its start"),
     }

@@ -150,7 +150,10 @@ class BaseTrainer:
         return batch
 
     def compute_log_probs(self, batch: Batch) -> Batch:
-        if self.old_log_probs_from_update(batch):
+        bypass = self.config.algorithm.rollout_correction.bypass_mode
+        if bypass:  # π_old = the sampling engine's log-probs (its numerics, not the trainer's)
+            batch.tensors["old_log_probs"] = batch["rollout_log_probs"]
+        if bypass or self.old_log_probs_from_update(batch):
             if self.uses_reference:
                 batch = batch.union(self.actor_rollout.compute_ref_log_probs(batch), stage="old_log_prob")
         else:
