@@ -64,6 +64,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.gsm8k_report import (  # noqa: E402
+    crash_reason,
     discard_before_evals,
     earlier_job_seconds,
     finish_invocation,
@@ -375,7 +376,7 @@ def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str
     job.status = "crashed"
     if job.variant is None:  # the pretrained model is evaluated once: partial figures would block a rerun
         discard_before_evals(uri, experiment, job.started)
-    job.error = host.killed_reason(code, job.killed_by_driver)
+    job.error = host.killed_reason(code, job.killed_by_driver) or crash_reason(job.log)  # a rerun rewrites the log
     print(f"[{stamp()}] CRASHED {job.name} (exit {code}, after {took}); it is not counted. "
           + (f"It was {job.error}. " if job.error else "")
           + f"Last {LOG_TAIL_LINES} lines of {job.log}:\n{log_tail(job.log)}", flush=True)

@@ -132,7 +132,8 @@ def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
     return export
 
 
-ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b:.*)$")
+# An exception line; RunHalted is the trainer's own stop (a reward function failing on most rows, a runaway run).
+ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Halted)\b:.*)$")
 
 
 def crash_reason(log: Path) -> str | None:

@@ -642,6 +642,10 @@ def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
         "    [rank0]: RuntimeError: DAPO dynamic sampling: only 53 of 64 prompt groups had non-uniform scores\n"
         "[rank0]:[W1127 03:55:45 ProcessGroupNCCL.cpp:1575] Warning: destroy_process_group() was not called\n")
     (tmp_path / "logs" / "grpo-seed0.log").write_text("step 16/16\ndone\n")
+    (tmp_path / "logs" / "gspo-seed3.log").write_text(  # the trainer's own stop, as a GPU host's job logged it
+        "[rank0]: core.trainer.stops.RunHalted: stopped at step 1: the reward function "
+        "core.reward.reasoning_gym.compute_score failed on 512 of 512 rows of a batch\n")
+    assert crash_reason(tmp_path / "logs" / "gspo-seed3.log").startswith("core.trainer.stops.RunHalted: stopped at step 1")
     assert crash_reason(tmp_path / "logs" / "dapo-seed2.log") == \
         "RuntimeError: DAPO dynamic sampling: only 53 of 64 prompt groups had non-uniform scores"
     record = {"jobs": [{"status": "crashed", "log": "logs/dapo-seed2.log"},

@@ -68,3 +68,8 @@ def test_a_job_killed_from_outside_is_reported_so_and_one_the_driver_stopped_is_
     failed = _job(tmp_path, "pretrained", "raise SystemExit(3)")
     driver.finish_job(failed, [failed], tmp_path, "file:///store", {}, "exp", host)
     assert failed.error is None and "SIGKILL" not in capsys.readouterr().out
+    # An exception in its log is the record's reason, read now: a rerun in the same --out rewrites the log.
+    halted = _job(tmp_path, "pretrained", "raise SystemExit(1)")
+    halted.log.write_text("step 1/40\n[rank0]: core.trainer.stops.RunHalted: stopped at step 1: the reward failed\n")
+    driver.finish_job(halted, [halted], tmp_path, "file:///store", {}, "exp", host)
+    assert halted.error == "core.trainer.stops.RunHalted: stopped at step 1: the reward failed"
