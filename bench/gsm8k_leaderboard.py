@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
@@ -69,6 +68,7 @@ from bench.gsm8k_report import (  # noqa: E402
     earlier_job_seconds,
     finish_invocation,
     jobs_to_run,
+    last_step,
     merge_outputs,
     open_store,
     tag_gpu_time,
@@ -348,15 +348,6 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join("    " + line for line in text[-lines:])
 
 
-def last_step(path: Path) -> str:
-    """`step 12/25` from the console line the trainer prints after each step, or the job's phase."""
-    with open(path, "rb") as log:
-        log.seek(max(0, log.seek(0, 2) - 8192))
-        tail = log.read().decode(errors="replace")
-    steps = re.findall(r"^step (\d+/\d+)", tail, re.M)
-    return f"step {steps[-1]}" if steps else "generating" if "generated " in tail else "starting"
-
-
 def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str, str], experiment: str,
                host: HostMemory) -> None:
     """Record how the job ended, print it (a crash loudly, with its log's tail), charge its GPU time."""
@@ -376,7 +367,8 @@ def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str
     job.status = "crashed"
     if job.variant is None:  # the pretrained model is evaluated once: partial figures would block a rerun
         discard_before_evals(uri, experiment, job.started)
-    job.error = host.killed_reason(code, job.killed_by_driver) or crash_reason(job.log)  # a rerun rewrites the log
+    job.error = (host.killed_reason(code, job.killed_by_driver) or crash_reason(job.log)  # a rerun rewrites the log
+                 or (f"stopped past the time limit at {last_step(job.log)}" if job.killed_by_driver else None))
     print(f"[{stamp()}] CRASHED {job.name} (exit {code}, after {took}); it is not counted. "
           + (f"It was {job.error}. " if job.error else "")
           + f"Last {LOG_TAIL_LINES} lines of {job.log}:\n{log_tail(job.log)}", flush=True)

@@ -132,6 +132,15 @@ def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
     return export
 
 
+def last_step(path: Path) -> str:
+    """`step 12/25` from the console line the trainer prints after each step, or the job's phase."""
+    with open(path, "rb") as log:
+        log.seek(max(0, log.seek(0, 2) - 8192))
+        tail = log.read().decode(errors="replace")
+    steps = re.findall(r"^step (\d+/\d+)", tail, re.M)
+    return f"step {steps[-1]}" if steps else "generating" if "generated " in tail else "starting"
+
+
 # An exception line; RunHalted is the trainer's own stop (a reward function failing on most rows, a runaway run).
 ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Halted)\b:.*)$")
 

@@ -64,7 +64,7 @@ def test_a_job_killed_from_outside_is_reported_so_and_one_the_driver_stopped_is_
     stopped = _job(tmp_path, "pretrained", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     stopped.killed_by_driver = True
     driver.finish_job(stopped, [stopped], tmp_path, "file:///store", {}, "exp", host)
-    assert stopped.status == "crashed" and stopped.error is None
+    assert stopped.status == "crashed" and stopped.error == "stopped past the time limit at step 1/40"
     failed = _job(tmp_path, "pretrained", "raise SystemExit(3)")
     driver.finish_job(failed, [failed], tmp_path, "file:///store", {}, "exp", host)
     assert failed.error is None and "SIGKILL" not in capsys.readouterr().out
