@@ -6,6 +6,7 @@ The device's own count, not PyTorch's: vLLM allocates through its own pool, and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -76,9 +77,10 @@ def run_logged(name: str, command: list[str], log: Path, *, cwd: Path, timeout_s
 def run_logged_until(name: str, command: list[str], log: Path, *, cwd: Path, timeout_s: float,
                      env: dict | None = None) -> tuple[float, PeakMemoryMonitor, bool]:
     """As run_logged, but the time limit stops the run instead of failing it: (wall seconds, the monitor, stopped).
-    The command runs in a session of its own, and the whole session is killed at the limit: torchrun's ranks,
-    vLLM's engine processes and a Ray cluster the driver started would otherwise outlive it and hold the GPUs.
-    Whatever the run logged before (its MLflow steps) stays readable."""
+    At the limit the command's process group and every process under it are killed: torchrun's ranks, vLLM's
+    engine processes and a Ray cluster the driver started would otherwise outlive it and hold the GPUs. Each
+    descendant is killed by its pid, not only through the group, because torchrun starts every rank in a session
+    of its own. Whatever the run logged before (its MLflow steps) stays readable."""
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.time()
     with PeakMemoryMonitor() as memory, open(log, "w") as sink:
@@ -87,12 +89,37 @@ def run_logged_until(name: str, command: list[str], log: Path, *, cwd: Path, tim
         try:
             returncode, stopped = process.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            _kill_tree(process.pid)
             returncode, stopped = process.wait(), True
     wall = time.time() - start
     if returncode and not stopped:
         raise RuntimeError(f"{name} exited {returncode} after {wall:.0f} s; log {log}:\n" + _log_tail(log))
     return wall, memory, stopped
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the process group `pid` leads and every descendant of `pid`, whatever session it moved to."""
+    tree = _descendants(pid)  # before any kill: a dead parent's children move to init and out of the tree
+    os.killpg(pid, signal.SIGKILL)
+    for descendant in tree:
+        with contextlib.suppress(ProcessLookupError):  # it exited since the walk
+            os.kill(descendant, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The pids under `pid` (children, grandchildren, ...), from the parent pid in each /proc/<pid>/stat."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # after the command name, which may hold spaces
+        except OSError:  # exited since /proc was listed
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, generation = [], [pid]
+    while generation:
+        generation = [child for parent in generation for child in children.get(parent, [])]
+        found += generation
+    return found
 
 
 def _log_tail(log: Path, lines: int = 30) -> str:

@@ -1,6 +1,9 @@
 """bench/scale_suite.py's arithmetic (hand-computed) and the overrides it hands every recipe script,
 checked against the real config and dry run (no GPU: the suite itself runs on GPU nodes)."""
 
+import contextlib
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -73,15 +76,44 @@ def test_the_time_limit_stops_the_whole_process_tree_and_keeps_the_run(tmp_path)
     command = ["bash", "-c", f"sleep 60 & echo $! > {pid_file}; echo started; wait"]
     wall, _, stopped = run_logged_until("tree", command, tmp_path / "tree.log", cwd=tmp_path, timeout_s=2)
     assert stopped and 2 <= wall < 20 and "started" in (tmp_path / "tree.log").read_text()
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 5
-    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:  # reaped by init once killed
-        time.sleep(0.1)
-    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    assert _dead_within(int(pid_file.read_text()), seconds=5)
     with pytest.raises(RuntimeError, match="ran past its 1 s limit"):
         run_logged("tree", command, tmp_path / "again.log", cwd=tmp_path, timeout_s=1)
     with pytest.raises(RuntimeError, match="exited 3"):
         run_logged_until("fails", ["bash", "-c", "exit 3"], tmp_path / "fails.log", cwd=tmp_path, timeout_s=10)
+
+
+def test_the_time_limit_kills_a_grandchild_that_started_a_session_of_its_own(tmp_path):
+    """As torchrun's elastic agent starts each rank (start_new_session=True): killing the run's process group
+    alone left the ranks alive on a GPU node, hung in NCCL and holding the GPUs for every later run."""
+    from gpu_memory import run_logged_until
+
+    pid_file = tmp_path / "rank.pid"
+    rank = f"echo $$ > {pid_file}.part && mv {pid_file}.part {pid_file} && exec sleep 300"
+    agent = f"import subprocess, time; subprocess.Popen(['bash', '-c', {rank!r}], start_new_session=True); time.sleep(300)"
+    _, _, stopped = run_logged_until("agent", [sys.executable, "-c", agent], tmp_path / "agent.log", cwd=tmp_path,
+                                     timeout_s=3)
+    rank_pid = int(pid_file.read_text())
+    try:
+        assert stopped
+        assert _dead_within(rank_pid, seconds=5), f"pid {rank_pid} (the rank in its own session) outlived the limit"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a survivor is not left sleeping for 5 minutes
+            os.kill(rank_pid, signal.SIGKILL)
+
+
+def _dead_within(pid: int, seconds: float) -> bool:
+    """Whether `pid` is gone or a zombie within `seconds`: a killed orphan waits for init (or a subreaper) to
+    reap it, and a zombie still answers kill(pid, 0)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_a_run_stopped_before_its_mlflow_run_opened_has_no_steps(tmp_path, monkeypatch):
