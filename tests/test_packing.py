@@ -11,7 +11,7 @@ import torch
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.engine.logprob_head import log_probs_and_entropy
-from core.engine.packing import response_rows, token_budget_groups
+from core.engine.packing import response_rows, split_groups_to, token_budget_groups
 from core.models.tiny import build_tiny_tokenizer
 from tests.helpers_policy import sampled_batch, tiny_policy
 
@@ -66,6 +66,17 @@ def test_token_budget_groups_first_fit_decreasing():
     assert token_budget_groups(np.array([10, 1, 1]), 8) == [[0], [1, 2]]
     with pytest.raises(ValueError, match="micro_batch_tokens"):
         token_budget_groups(np.array([1]), 0)
+
+
+def test_split_groups_to_splits_the_largest_group_into_halves_by_length():
+    lengths = np.array([5, 3, 8, 2, 4])
+    # Groups of 13, 5 and 4 tokens; the 13-token one splits first, its rows by length 8, 3, 2 taken alternately:
+    # [2, 3] (10 tokens) and [1] (3). Then the 10-token one: [2] and [3].
+    assert split_groups_to([[1, 2, 3], [0], [4]], lengths, 4) == [[0], [4], [2, 3], [1]]
+    assert split_groups_to([[1, 2, 3], [0], [4]], lengths, 5) == [[0], [4], [1], [2], [3]]
+    assert split_groups_to([[0], [1]], lengths, 2) == [[0], [1]]  # as many already: unchanged
+    with pytest.raises(ValueError, match="2 rows on this rank cannot make the 3 micro-batches"):
+        split_groups_to([[0], [1]], lengths[:2], 3)
 
 
 # ---- the engine: packed == padded == naive ---------------------------------------------------------

@@ -84,6 +84,13 @@ def all_reduce_sum(value: float | torch.Tensor, device: torch.device, group=None
     return tensor.item()
 
 
+def all_reduce_max(value: float, device: torch.device, group=None) -> float:
+    tensor = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+    return tensor.item()
+
+
 def all_reduce_mean(metrics: dict[str, float], device: torch.device) -> dict[str, float]:
     """Mean of each metric over ranks (every rank holds an equal share of the batch)."""
     if not (dist.is_initialized() and dist.get_world_size() > 1) or not metrics:

@@ -26,9 +26,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
 from core.data.batch import Batch
-from core.engine.distributed import World, all_reduce_mean, all_reduce_sum
+from core.engine.distributed import World, all_reduce_max, all_reduce_mean, all_reduce_sum
 from core.engine.logprob_head import DEFAULT_CHUNK_TOKENS
-from core.engine.packing import register_varlen_attention, response_rows, token_budget_groups
+from core.engine.packing import register_varlen_attention, response_rows, split_groups_to, token_budget_groups
 from core.engine.policy_model import PolicyLM
 from core.engine.sharding import decoder_layers, shard_model
 from core.engine.tp import clip_grad_norm, shard_model_2d
@@ -108,9 +108,16 @@ class FSDPEngine:
 
     # ---- forward ------------------------------------------------------------------------------
     def _micro_batches(self, batch: Batch) -> list[list[int]]:
-        """Row groups: at most `micro_batch_tokens` real tokens each when set, else `micro_batch_size` rows."""
+        """Row groups: at most `micro_batch_tokens` real tokens each when set, else `micro_batch_size` rows.
+
+        A token budget packs each rank's rows into its own number of groups, but every rank must run as many
+        forwards: FSDP2 gathers each layer's weights in a collective, and a rank with one group fewer leaves the
+        others waiting in it for ever (seen at 8B on 2 GPUs). The ranks with fewer split their largest groups."""
         if self.micro_batch_tokens:
-            return token_budget_groups(batch["attention_mask"].sum(dim=1).numpy(), self.micro_batch_tokens)
+            lengths = batch["attention_mask"].sum(dim=1).numpy()
+            groups = token_budget_groups(lengths, self.micro_batch_tokens)
+            most = int(all_reduce_max(len(groups), self.world.device))
+            return split_groups_to(groups, lengths, most)
         return [list(range(i, min(i + self.micro_batch_size, len(batch))))
                 for i in range(0, len(batch), self.micro_batch_size)]
 

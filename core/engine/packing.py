@@ -101,6 +101,24 @@ def token_budget_groups(lengths: np.ndarray | torch.Tensor, max_tokens: int) -> 
     return [sorted(group) for group in groups]
 
 
+def split_groups_to(groups: list[list[int]], lengths: np.ndarray | torch.Tensor, count: int) -> list[list[int]]:
+    """`groups` split until there are `count` of them: each time the one of most tokens among those of two rows or
+    more, into two of about equal tokens (its rows taken alternately by length). A split group never outgrows the
+    token budget its parent kept. Used to give every rank as many micro-batches as the rank that has the most."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    groups = [list(group) for group in groups]
+    while len(groups) < count:
+        splittable = [group for group in groups if len(group) > 1]
+        if not splittable:
+            raise ValueError(f"micro-batches: {len(lengths)} rows on this rank cannot make the {count} micro-batches "
+                             "another rank needs under actor.micro_batch_tokens; give every rank as many rows")
+        largest = max(splittable, key=lambda group: int(lengths[group].sum()))
+        groups.remove(largest)
+        by_length = sorted(largest, key=lambda row: -int(lengths[row]))
+        groups += [sorted(by_length[0::2]), sorted(by_length[1::2])]
+    return groups
+
+
 # ---- attention ------------------------------------------------------------------------------------
 def _varlen_kernel():
     """torch's flash-attention varlen op (torch >= 2.10) and how its version spells 'causal'."""

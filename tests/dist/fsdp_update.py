@@ -1,8 +1,9 @@
 """One FSDP2 policy update on a fixed batch; rank 0 saves the updated weights.
 
-Run as `python fsdp_update.py OUT` (1 rank) or `torchrun --nproc_per_node 2 fsdp_update.py OUT`.
-Each rank trains on its contiguous share of the same global batch, with a micro-batch size that
-differs between the two launches, so equal weights prove the update independent of both.
+Run as `python fsdp_update.py OUT MODE [TOKENS]` (1 rank) or `torchrun --nproc_per_node 2 fsdp_update.py OUT MODE
+[TOKENS]`. Each rank trains on its contiguous share of the same global batch, with a micro-batch size that differs
+between the two launches, so equal weights prove the update independent of both. TOKENS: micro-batches of at most
+that many tokens on 2 ranks (`actor.micro_batch_tokens`) instead of 2 rows.
 """
 
 import sys
@@ -36,13 +37,14 @@ def fixed_batch(vocab_size: int) -> Batch:
     })
 
 
-def main(out_path: str, loss_agg_mode: str) -> None:
+def main(out_path: str, loss_agg_mode: str, micro_batch_tokens: int | None = None) -> None:
     world = init_distributed("cpu")
     tokenizer = build_tiny_tokenizer()
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(tiny_qwen3_config(tokenizer, num_hidden_layers=2))
     engine = FSDPEngine(model, world, optim=OptimConfig(lr=1.0, weight_decay=0.0, grad_clip=1e9),
-                        micro_batch_size=3 if world.size == 1 else 2)
+                        micro_batch_size=3 if world.size == 1 else 2,
+                        micro_batch_tokens=micro_batch_tokens if world.size > 1 else None)
     # SGD(lr=1) makes the update exactly the gradient, so the comparison checks its scale too;
     # Adam would normalise a wrongly scaled gradient away.
     engine.optimizer = torch.optim.SGD(engine.model.parameters(), lr=1.0)
@@ -58,4 +60,4 @@ def main(out_path: str, loss_agg_mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else None)
