@@ -18,6 +18,8 @@ STAGE_ORDER = ("gen", "old_log_prob", "values", "adv", "update_critic", "update_
 PUBLISHED = ROOT / "bench/verl_published_8gpu.json"
 DEVICES = ("H100 80GB", "H200 141GB")  # the plan's devices, in bench/scale_plan.py's order
 SCALING_TARGET = 0.85  # tokens/s per GPU at 8 GPUs over at 2
+STEP_TARGET_S = {"dapo": 45.0}  # a recipe's step-time target on 2 GPUs at the scaled settings
+MFU_TARGET = 0.45  # the update's MFU inside a full run
 
 
 def table(results: list[dict]) -> list[str]:
@@ -70,6 +72,31 @@ def scaling(results: list[dict]) -> list[str]:
 
 def _ratio(top: float | None, bottom: float | None) -> str:
     return "–" if not top or not bottom else f"{top:.0f} ÷ {bottom:.0f} = {top / bottom:.0%}"
+
+
+def step_targets(results: list[dict]) -> list[str]:
+    """For each 2-GPU run of a recipe with a step target: the step its own stages allow once the update runs at
+    MFU_TARGET and the old-policy pass is gone (bypass mode), and the update MFU the target would need with the rest
+    of the step as measured. The update's FLOPs are fixed by the batch; only its speed can change."""
+    rows = [r for r in results if r["recipe"] in STEP_TARGET_S and r["gpus"] == 2 and r["update_mfu"]]
+    if not rows:
+        return []
+    lines = ["", "What a step target asks of the update: the measured step less its update and old-policy pass (the "
+             "rest: generation, reward, sync, overhead), the step with the update at "
+             f"{MFU_TARGET:.0%} MFU and no old-policy pass, and the update MFU the target needs on top of the rest.",
+             "", *table_header("recipe", "controller", "settings", "step s", "rest s", "update s (MFU)",
+                               f"step at {MFU_TARGET:.0%} MFU, no old-policy pass", "target s", "MFU the target needs")]
+    for r in rows:
+        stages, target = r["stages_s"], STEP_TARGET_S[r["recipe"]]
+        update = stages.get("update_actor") or 0.0
+        rest = r["median_step_s"] - update - (stages.get("old_log_prob") or 0.0)
+        flops_s = update * r["update_mfu"]  # seconds the update would take at 100% MFU
+        needed = "unreachable (the rest alone exceeds it)" if rest >= target else f"{flops_s / (target - rest):.0%}"
+        lines.append(table_row([r["recipe"], r["controller"], r.get("settings", "scaled"),
+                                number_cell(r["median_step_s"]), number_cell(rest),
+                                f"{update:.1f} ({r['update_mfu']:.1%})", number_cell(rest + flops_s / MFU_TARGET),
+                                f"{target:.0f}", needed]))
+    return lines
 
 
 def plan_section(plans: list[dict]) -> list[str]:
@@ -199,6 +226,7 @@ def build_readme(folder: Path, published_path: Path = PUBLISHED) -> str:
              "each phase in the json's `start_s`.", ""]
     lines += table(results) if results else ["No results yet: run `bash bench/scale_suite.sh` on a GPU node."]
     lines += ["", "Each json holds the exact command, the commit and every step's metrics."] + scaling(results)
+    lines += step_targets(results)
     if results:
         plot(results, folder / "scale.png")
         lines += ["", "![per-stage step time](scale.png)"]

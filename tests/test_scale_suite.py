@@ -160,3 +160,18 @@ def test_generation_speed_counts_a_recipes_untrained_tokens():
     assert result["generated_tokens_per_s_per_gpu"] == pytest.approx(1000 / 10 / 2)
     assert result["trained_tokens_per_s_per_gpu"] == pytest.approx(1000 / 20 / 2)
     assert result["update_mfu"] == pytest.approx(update_flops(TINY, 1000, 0, 800) / (5.0 * 2 * 989e12))
+
+
+def test_a_step_target_says_what_update_mfu_it_needs():
+    """A 60 s DAPO step: update 30 s at 40% MFU (12 s at 100%), old-policy pass 8 s, so the rest is 22 s. At 45%
+    MFU the update takes 12 / 0.45 = 26.7 s: 48.7 s without the old-policy pass. A 45 s step leaves the update
+    45 − 22 = 23 s: 12 / 23 = 52% MFU. A rest of 50 s alone exceeds 45: unreachable."""
+    from scale_report import step_targets
+
+    run = {"recipe": "dapo", "gpus": 2, "controller": "torchrun", "median_step_s": 60.0, "update_mfu": 0.4,
+           "stages_s": {"update_actor": 30.0, "old_log_prob": 8.0}}
+    row = step_targets([run])[-1]
+    assert row == "| dapo | torchrun | scaled | 60.0 | 22.0 | 30.0 (40.0%) | 48.7 | 45 | 52% |"
+    slow = {**run, "median_step_s": 88.0}
+    assert step_targets([slow])[-1].endswith("| unreachable (the rest alone exceeds it) |")
+    assert step_targets([{**run, "recipe": "grpo"}]) == []  # no target: no section
