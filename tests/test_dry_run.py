@@ -196,3 +196,15 @@ def test_the_dry_run_refuses_a_setting_over_memory_as_the_launch_does(capsys, gs
     code, out, err = dry_run(capsys, *overrides)  # on the H100: refused, in the launch's words
     assert code == 1 and out == ""
     assert err.startswith(f"recipezoo: ValueError: {message} — ")
+
+
+def test_a_tensor_parallel_group_shares_its_rows_in_the_batch_plan():
+    """64 prompts × 5 in mini-batches of 32 prompts: 160 sequences. On 2 GPUs data-parallel each takes 80; with
+    actor.tensor_parallel_size=2 both GPUs are one data-parallel rank and each takes all 160 (5 micro-batches of 32)."""
+    from core.config import load_config
+    from core.trainer.plan import batch_summary
+
+    overrides = ["data.train_batch_size=64", "rollout.n=5", "actor.ppo_mini_batch_size=32", "actor.micro_batch_size=32"]
+    assert batch_summary(load_config("grpo", overrides), 2)["sequences_per_mini_batch_per_device"] == 80
+    tp = batch_summary(load_config("grpo", [*overrides, "actor.tensor_parallel_size=2"]), 2)
+    assert (tp["sequences_per_mini_batch_per_device"], tp["grad_accumulation_steps"]) == (160, 5)

@@ -74,10 +74,12 @@ def make_plan(config) -> dict:
 
 
 def batch_summary(config, world: int) -> dict:
-    """How a step's prompts become sequences, mini-batches, optimizer steps and micro-batches per device."""
+    """How a step's prompts become sequences, mini-batches, optimizer steps and micro-batches per device.
+    The actor.tensor_parallel_size ranks of one group hold the same rows: a device takes the mini-batch's share of
+    its data-parallel rank."""
     data, actor, rollout = config.data, config.actor, config.rollout
     seqs_per_mini = actor.ppo_mini_batch_size * rollout.n
-    per_device = seqs_per_mini // world
+    per_device = seqs_per_mini // max(world // actor.tensor_parallel_size, 1)
     return {"prompts_per_step": data.train_batch_size,
             "sequences_per_step": data.train_batch_size * rollout.n,
             "ppo_mini_batch_size": actor.ppo_mini_batch_size,
