@@ -26,11 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 ORDER = {name: index for index, name in enumerate(SCHEDULES)}  # sync, one_step_off, async
 GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init Qwen3-8B, on 141 GB GPUs: on 80 GB
     # ones the launch check refuses these settings (the update of 8B on 2 ranks needs more than 79 GiB a GPU).
+    # one_step_off keeps the colocated engine awake through the update: on 2 GPUs its share and the micro-batch
+    # shrink (the dry run: 94% of an H200), on 4 the cached blocks go (82%); every run of a folder shares them.
     # One training GPU cannot hold 8B's training state (≈ 153 GiB, the dry run's estimate): offloaded to the host.
     "2 H200s": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 1+1 --prompts 64 "
-              "--out results/async/2gpu --disaggregated-overrides actor.cpu_offload=true",
+              "--out results/async/2gpu actor.expandable_segments=true rollout.gpu_memory_utilization=0.25 "
+              "actor.micro_batch_size=16 --disaggregated-overrides actor.cpu_offload=true",
     "4 H200s": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 "
-              "--out results/async/4gpu",
+              "--out results/async/4gpu actor.expandable_segments=true",
 }
 STAGE_COLORS = {"generate": "tab:blue", "old_log_prob": "tab:orange", "update_actor": "tab:red",
                 "sync_weights": "black", "reward": "tab:green", "adv": "tab:olive", "rollout_corr": "tab:purple",

@@ -5,10 +5,13 @@
 #   python bench/async_report.py     # results/async/README.md and results/async/timeline.png
 # Setup on a GPU node with internet:  pip install -e . -r bench/requirements-gpu.txt
 # 2 H200s (141 GB; on 80 GB GPUs the launch check refuses 8B at these settings), random-init Qwen3-8B
-# (bench/configs/qwen3-8b; nothing to download but GSM8K):
+# (bench/configs/qwen3-8b; nothing to download but GSM8K); one_step_off's engine stays awake beside the update,
+# hence the smaller engine share and micro-batch for every run of the folder:
 #   bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 1+1 --prompts 64 --out results/async/2gpu \
+#       actor.expandable_segments=true rollout.gpu_memory_utilization=0.25 actor.micro_batch_size=16 \
 #       --disaggregated-overrides actor.cpu_offload=true   # 1 training GPU cannot hold 8B's training state
-# 4 H200s: bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 --out results/async/4gpu
+# 4 H200s: bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 --out results/async/4gpu \
+#       actor.expandable_segments=true
 # On a CPU (the embedded tiny model):  bash bench/async_suite.sh --controller local --prompts 8 --n 4 \
 #   --response-length 32 --steps 6 --out results/async/cpu_tiny
 # Usage: bash bench/async_suite.sh [--model M] [--splits 1+1 ...] [--prompts P] [--n N] [--steps S] [overrides]

@@ -69,10 +69,10 @@ def test_an_8b_lora_policy_fits_one_h100_by_hand():
     assert sum(state.values()) == 8_190_735_360 * 2 + adapters * 16
 
 
-def phase_config(**overrides):
+def phase_config(recipe: str = "dapo", **overrides):
     from core.config import load_config
 
-    return load_config("dapo", ["model.path=bench/configs/qwen3-8b", "model.init=random", "trainer.n_gpus_per_node=2",
+    return load_config(recipe, ["model.path=bench/configs/qwen3-8b", "model.init=random", "trainer.n_gpus_per_node=2",
                                 "rollout.name=vllm", "data.train_batch_size=16", "actor.ppo_mini_batch_size=8",
                                 "data.max_response_length=2048", "actor.micro_batch_size=16",
                                 "actor.gradient_checkpointing=true", "rollout.gpu_memory_utilization=0.35",
@@ -176,6 +176,31 @@ def test_an_engine_kept_awake_holds_its_share_through_the_update():
     assert asleep["engine_awake"] == 0
     assert (awake["training_allocated"] - asleep["training_allocated"]) / GIB == pytest.approx(0.35 * 79.2)
     assert awake["generation_peak"] == asleep["generation_peak"]
+
+
+def test_an_off_policy_schedule_keeps_the_colocated_engine_awake_through_the_update():
+    # one_step_off and async generate the next batch in a thread while the update runs on the same GPUs: the
+    # engine's 0.35 × 79.2 = 27.72 GiB share is allocated beside the training state then, as with
+    # rollout.free_cache_engine=false. Disaggregated, the engine has GPUs of its own: nothing on the training GPUs.
+    from core.trainer.memory_estimate import engine_awake_reason
+
+    sync = phases(phase_config("grpo"), 79.2)
+    for schedule in ("one_step_off", "async"):
+        config = phase_config("grpo", **{"trainer.schedule": schedule})
+        assert engine_awake_reason(config) == f"trainer.schedule={schedule} generates beside the update"
+        overlapped = phases(config, 79.2)
+        assert (overlapped["training_allocated"] - sync["training_allocated"]) / GIB == pytest.approx(0.35 * 79.2)
+    # Its share can then rise only as far as the update allows: on 140.4 GiB, 95% of it less what the update holds
+    # besides the engine (the generation phase would allow more).
+    from core.trainer.memory_estimate import engine_share_within
+
+    limit, h200 = 0.95 * 140.4 * GIB, phases(config, 140.4)
+    share = engine_share_within(config, h200, limit)
+    assert share == pytest.approx((limit - h200["training_peak"] + h200["engine_awake"]) / (140.4 * GIB))
+    assert 0 < share < engine_share_within(phase_config("grpo"), phases(phase_config("grpo"), 140.4), limit)
+    apart = phase_config("grpo", **{"trainer.schedule": "async", "trainer.placement": "disaggregated"})
+    assert engine_awake_reason(apart) is None and phases(apart, 79.2)["engine_awake"] == 0
+    assert engine_awake_reason(phase_config()) is None
 
 
 def test_expandable_segments_named_only_where_the_cached_blocks_alone_are_over():

@@ -93,6 +93,18 @@ def engine_on_training_gpus(config) -> bool:
     return OmegaConf.select(config, "trainer.placement", default="colocated") == "colocated"
 
 
+def engine_awake_reason(config) -> str | None:
+    """Why the engine's share stays allocated through the update on the training GPUs, or None (it sleeps):
+    kept awake by rollout.free_cache_engine=false, or generating the next batch beside the update (an off-policy
+    trainer.schedule, colocated)."""
+    if not engine_on_training_gpus(config):
+        return None
+    if not OmegaConf.select(config, "rollout.free_cache_engine", default=True):
+        return "rollout.free_cache_engine=false"
+    schedule = OmegaConf.select(config, "trainer.schedule", default="sync")
+    return f"trainer.schedule={schedule} generates beside the update" if schedule != "sync" else None
+
+
 def check_engine_holds_weights(config, params: int, device_bytes: float) -> None:
     if config.rollout.name not in ENGINES:
         return
@@ -303,8 +315,7 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
     rollout = rollout_bytes(config, shape, params, device_bytes)
     runtime = RUNTIME_GIB * GIB
     engine = rollout["share"] * engine_on_training_gpus(config)
-    # rollout.free_cache_engine=false keeps the engine awake through the update: its share stays beside the state.
-    awake = engine * (not OmegaConf.select(config, "rollout.free_cache_engine", default=True))
+    awake = engine if engine_awake_reason(config) else 0.0  # its share beside the state through the update
     generation = sum(state.values()) - state["grads"] + engine + runtime
     allocated = sum(state.values()) + sum(gathered.values()) + sum(activations.values()) + awake + runtime
     expandable = OmegaConf.select(config, "actor.expandable_segments", default=False)
@@ -340,9 +351,14 @@ def micro_batch_tokens_within(found: dict, limit: float, *, cached: bool) -> int
 
 
 def engine_share_within(config, found: dict, limit: float) -> float:
-    """The largest `rollout.gpu_memory_utilization` whose generation phase stays within `limit` bytes."""
+    """The largest `rollout.gpu_memory_utilization` whose generation phase stays within `limit` bytes, and the
+    update too where the engine stays awake through it (`engine_awake_reason`)."""
+    if config.rollout.name not in ENGINES:
+        return 0.0
     resident = found["generation_peak"] - found["engine"]
-    return max((limit - resident) / found["device"], 0.0) if config.rollout.name in ENGINES else 0.0
+    if found["engine_awake"]:
+        resident = max(resident, found["training_peak"] - found["engine_awake"])
+    return max((limit - resident) / found["device"], 0.0)
 
 
 def phase_parts(config, found: dict) -> dict[str, dict[str, float]]:
@@ -355,7 +371,7 @@ def phase_parts(config, found: dict) -> dict[str, dict[str, float]]:
                   "CUDA runtime": found["runtime"]}
     update = {"training state": sum(state.values()), "gathered weights": sum(found["gathered"].values()),
               f"activations of {found['micro_batch_tokens']} tokens": sum(found["activations"].values()),
-              f"{engine}, awake (rollout.free_cache_engine=false)": found["engine_awake"],
+              f"{engine}, awake ({engine_awake_reason(config)})": found["engine_awake"],
               "CUDA runtime": found["runtime"]}
     return {"generation": {name: value for name, value in generation.items() if value or name != engine},
             "update": {name: value for name, value in update.items() if value or "awake" not in name}}
