@@ -113,7 +113,7 @@ def plan_section(plans: list[dict]) -> list[str]:
              "copies FSDP2 gathers (its root unit, two layers, their gradients, the LM head's fp32 gradient) and "
              "one micro-batch's activations, its rows packed at the training data's mean prompt length and full "
              "responses, with the scripts' gradient checkpointing; generation holds the state without gradients "
-             "plus vLLM's share (`gpu_memory_utilization` of the GPU: its bf16 weights, then the KV cache). Both "
+             "plus vLLM's share (`gpu_memory_utilization` of the GPU: its bf16 weights and the peak of the forward it profiles at start, then the KV cache). Both "
              "phases add the CUDA runtime (context, NCCL and cuBLAS workspaces, CUDA graphs: 3.4 GiB) and the "
              "training phase the blocks PyTorch's caching allocator keeps from earlier micro-batches of other "
              "lengths (1.6 more sets of the token-sized activations): those two are fit on the measured H200 "

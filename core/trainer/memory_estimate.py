@@ -187,6 +187,7 @@ PREFETCHED_LAYERS = 2  # FSDP2 all-gathers the next layer while this one compute
 # is the generation phase: PPO on 4 GPUs (issue 35: 96.3 GiB measured, 93.2 of state and engine share
 # computed) and DAPO's 2-GPU rank 0 (98.8 measured, 94.9 computed; results/scale/dapo_qwen3-8b_2gpu_torchrun.json).
 RUNTIME_GIB = 3.4
+ENGINE_NON_TORCH_GIB = 0.12  # a vLLM engine's memory outside torch's allocator (vLLM 0.26's log, Qwen3-8B, H200)
 # PyTorch's caching allocator hands a freed block only to a request no larger than it, and gives nothing
 # back until empty_cache (here: only when vLLM wakes). Packed micro-batches differ in length, and the no-grad
 # log-prob passes before the update cut blocks of other sizes, so a micro-batch longer than those before it
@@ -283,16 +284,31 @@ def gathered_bytes(shape: ModelShape, param_bytes: int = 2) -> dict[str, float]:
             "lm_head_grad": shape.vocab * shape.hidden * 4}
 
 
+def engine_profile_bytes(config, shape: ModelShape, device_bytes: float) -> float:
+    """What a vLLM engine keeps of its share besides the weights: the peak of the one forward it profiles at start
+    (`max_num_batched_tokens`, by default 16384 on a GPU of 70 GiB or more, else 8192: vLLM's offline defaults),
+    counted as the MLP's gate/up and activation outputs and three hidden-size buffers, bf16, per batched token,
+    over `rollout.tensor_model_parallel_size`; plus its non-torch memory. Qwen3-8B on an H200: 1.50 + 0.12 GiB
+    here, 1.53 + 0.12 in vLLM 0.26's log (results/scale/logs/*.run-tail.log), whose KV cache then held 233,120
+    tokens where the weights alone would have left room for 246,733."""
+    kwargs = OmegaConf.select(config, "rollout.engine_kwargs", default=None) or {}
+    tokens = kwargs.get("max_num_batched_tokens") or (16384 if device_bytes >= 70 * GIB else 8192)
+    per_token = (3 * shape.intermediate + 3 * shape.hidden) * ACTIVATION_BYTES / config.rollout.tensor_model_parallel_size
+    return tokens * per_token + ENGINE_NON_TORCH_GIB * GIB
+
+
 def rollout_bytes(config, shape: ModelShape, params: int, device_bytes: float) -> dict[str, float]:
     """The engine's share while it generates: `gpu_memory_utilization` of the device, of which its bf16
-    weights (split over `rollout.tensor_model_parallel_size`) come first and the rest bounds the KV cache."""
+    weights (split over `rollout.tensor_model_parallel_size`) and its profiled forward (`engine_profile_bytes`)
+    come first and the rest bounds the KV cache."""
     share, weights = engine_share(config, params, device_bytes)
     if config.rollout.name not in ENGINES:
-        return {"share": share, "weights": weights, "kv_cache": 0.0, "kv_tokens_per_engine": 0.0}
+        return {"share": share, "weights": weights, "profile": 0.0, "kv_cache": 0.0, "kv_tokens_per_engine": 0.0}
     tp = config.rollout.tensor_model_parallel_size
     kv_per_token_per_gpu = 2 * shape.layers * shape.kv_width * ACTIVATION_BYTES / tp  # K and V, bf16
-    kv_cache = max(share - weights, 0.0)
-    return {"share": share, "weights": weights, "kv_cache": kv_cache,
+    profile = engine_profile_bytes(config, shape, device_bytes)
+    kv_cache = max(share - weights - profile, 0.0)
+    return {"share": share, "weights": weights, "profile": profile, "kv_cache": kv_cache,
             "kv_tokens_per_engine": kv_cache / kv_per_token_per_gpu}
 
 
