@@ -290,7 +290,7 @@ def engine_profile_bytes(config, shape: ModelShape, device_bytes: float) -> floa
     counted as the MLP's gate/up and activation outputs and three hidden-size buffers, bf16, per batched token,
     over `rollout.tensor_model_parallel_size`; plus its non-torch memory. Qwen3-8B on an H200: 1.50 + 0.12 GiB
     here, 1.53 + 0.12 in vLLM 0.26's log (results/scale/logs/*.run-tail.log), whose KV cache then held 233,120
-    tokens where the weights alone would have left room for 246,733."""
+    tokens at a 0.35 share; counting the weights alone, this plan said 246,733."""
     kwargs = OmegaConf.select(config, "rollout.engine_kwargs", default=None) or {}
     tokens = kwargs.get("max_num_batched_tokens") or (16384 if device_bytes >= 70 * GIB else 8192)
     per_token = (3 * shape.intermediate + 3 * shape.hidden) * ACTIVATION_BYTES / config.rollout.tensor_model_parallel_size
