@@ -77,18 +77,19 @@ def init_distributed(device: str = "auto") -> World:
     return World(rank=dist.get_rank(), size=dist.get_world_size(), device=resolved)
 
 
+def _all_reduce_scalar(value: float | torch.Tensor, device: torch.device, op, group) -> float:
+    tensor = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(tensor, op=op, group=group)
+    return tensor.item()
+
+
 def all_reduce_sum(value: float | torch.Tensor, device: torch.device, group=None) -> float:
-    tensor = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
-    if dist.is_initialized() and dist.get_world_size(group) > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
-    return tensor.item()
+    return _all_reduce_scalar(value, device, dist.ReduceOp.SUM, group)
 
 
-def all_reduce_max(value: float, device: torch.device, group=None) -> float:
-    tensor = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
-    if dist.is_initialized() and dist.get_world_size(group) > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
-    return tensor.item()
+def all_reduce_max(value: float | torch.Tensor, device: torch.device, group=None) -> float:
+    return _all_reduce_scalar(value, device, dist.ReduceOp.MAX, group)
 
 
 def all_reduce_mean(metrics: dict[str, float], device: torch.device) -> dict[str, float]:
