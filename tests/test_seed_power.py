@@ -9,6 +9,7 @@ from core.tracking.seed_power import (
     separation_lines,
     spread_lines,
     suite_test_set_line,
+    widest_task_runs_lines,
 )
 
 # Means 0.42 and 0.32, each with sample variance 0.0008. With n seeds each, the difference's standard error is
@@ -63,3 +64,12 @@ def test_the_suite_line_bounds_what_the_test_sets_size_makes_of_the_seed_spread(
     (line,) = suite_test_set_line(suite, per_task, {"t1": 100, "t2": 100}, "suite mean")[1:]
     assert "(0.071 std), up to 20% is what its test's size makes (0.032 std)" in line
     assert suite_test_set_line(suite, per_task, {"t1": 100}, "suite mean") == []  # a task of unknown size
+
+
+def test_the_task_of_the_widest_spread_is_shown_run_by_run():
+    # noisy: variance 0.02 (one recipe, one df); calm: 0.0008; steady: 0. noisy's runs, each recipe's lowest first.
+    named = {"steady": [("a", (0.5, 0.5)), ("b", (0.2, 0.2))], "noisy": [("a", (0.3, 0.1)), ("b", (0.7,))],
+             "calm": [("a", (0.44, 0.40))]}
+    assert widest_task_runs_lines(named) == [
+        "", "noisy, the task of the largest share, run by run (each recipe's runs, lowest first): a 0.10 0.30; b 0.70."]
+    assert widest_task_runs_lines({"steady": [("a", (0.5, 0.5))]}) == []  # no spread: nothing to show

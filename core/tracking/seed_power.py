@@ -82,10 +82,15 @@ def test_set_variance(samples: list[tuple[float, ...]], problems: int) -> float:
     return statistics.fmean(score * (1 - score) for score in scores) / problems
 
 
+def task_variances(per_task: dict[str, list[tuple[float, ...]]]) -> dict[str, float]:
+    """Each task's pooled within-recipe seed variance, where its rows have seeds enough for one."""
+    return {task: var for task, samples in per_task.items() if (var := pooled_seed_variance(samples)) is not None}
+
+
 def spread_lines(per_task: dict[str, list[tuple[float, ...]]], test_sizes: dict[str, int]) -> list[str]:
     """Per task: the pooled seed std of its accuracy, its share of the tasks' summed seed variance, and the most of
     its seed variance its test's size (`test_sizes`: problems per task) can explain."""
-    variances = {task: var for task, samples in per_task.items() if (var := pooled_seed_variance(samples)) is not None}
+    variances = task_variances(per_task)
     total = sum(variances.values())
     if not variances or total == 0:
         return []
@@ -99,6 +104,17 @@ def spread_lines(per_task: dict[str, list[tuple[float, ...]]], test_sizes: dict[
                 else "—")
         lines.append(f"| {task} | {problems or '—'} | {math.sqrt(var):.3f} | {var / total:.0%} | {part} |")
     return lines
+
+
+def widest_task_runs_lines(named: dict[str, list[tuple[str, tuple[float, ...]]]]) -> list[str]:
+    """The runs of the task with the largest seed variance (`named`: task -> (recipe, its runs' values) per row),
+    each recipe's lowest first: whether its spread is a continuum or runs of two kinds."""
+    variances = task_variances({task: [values for _, values in rows] for task, rows in named.items()})
+    if not variances or not max(variances.values()):
+        return []
+    task = max(variances, key=variances.get)
+    runs = "; ".join(f"{recipe} {' '.join(f'{value:.2f}' for value in sorted(values))}" for recipe, values in named[task])
+    return ["", f"{task}, the task of the largest share, run by run (each recipe's runs, lowest first): {runs}."]
 
 
 def suite_test_set_line(suite: dict[str, tuple[float, ...]], per_task: dict[str, list[tuple[float, ...]]],

@@ -14,7 +14,7 @@ from __future__ import annotations
 from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.ranking import Ranking, rank_by_significance
 from core.tracking.run_export import MODEL_SHA_TAG, LeaderboardError
-from core.tracking.seed_power import separation_lines, spread_lines, suite_test_set_line
+from core.tracking.seed_power import separation_lines, spread_lines, suite_test_set_line, widest_task_runs_lines
 from core.tracking.seed_stats import SeedStats
 
 # What every row of a section must share (the learning rate is a recipe's own setting: LoRA rows tune theirs).
@@ -121,8 +121,9 @@ def evidence_lines(rows: list, columns: list, test_sizes: dict[str, int]) -> lis
     Nothing without suite columns."""
     if not columns:
         return []
-    per_task = {column.data_source: [stats.values for row in rows if (stats := row.after(column))]
-                for column in columns}
+    named = {column.data_source: [(row.recipe, stats.values) for row in rows if (stats := row.after(column))]
+             for column in columns}
+    per_task = {task: [values for _, values in runs] for task, runs in named.items()}
     suite = suite_samples(rows, columns)
-    return (separation_lines(suite, SUITE_MEAN) + spread_lines(per_task, test_sizes)
+    return (separation_lines(suite, SUITE_MEAN) + spread_lines(per_task, test_sizes) + widest_task_runs_lines(named)
             + suite_test_set_line(suite, per_task, test_sizes, SUITE_MEAN))
