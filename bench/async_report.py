@@ -27,7 +27,9 @@ ORDER = {name: index for index, name in enumerate(SCHEDULES)}  # sync, one_step_
 GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init Qwen3-8B, on 141 GB GPUs: on 80 GB
     # ones the launch check refuses these settings (the update of 8B on 2 ranks needs more than 79 GiB a GPU).
     # one_step_off keeps the colocated engine awake through the update: on 2 GPUs its share and the micro-batch
-    # shrink (the dry run: 94% of an H200), on 4 the cached blocks go (82%); every run of a folder shares them.
+    # shrink, on 4 the cached blocks go; every run of a folder shares them. `python bench/scale_plan.py --recipes
+    # grpo --controllers torchrun --gpus 2 --full-gpus --tag T trainer.schedule=one_step_off OVERRIDES` (the same
+    # batch per GPU): 94% of an H200 on 2 GPUs with these overrides (110% with expandable segments alone), 82% on 4.
     # One training GPU cannot hold 8B's training state (≈ 153 GiB, the dry run's estimate): offloaded to the host.
     "2 H200s": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 1+1 --prompts 64 "
               "--out results/async/2gpu actor.expandable_segments=true rollout.gpu_memory_utilization=0.25 "
