@@ -36,6 +36,21 @@ def config(**actor):
                   "logprob_chunk_tokens": 2048, **actor}})
 
 
+def test_a_fixed_kv_cache_is_the_engine_share_by_hand():
+    """With vLLM's kv_cache_memory_bytes the engine holds its weights, its profiled forward and that cache, whatever
+    gpu_memory_utilization says (the leaderboard driver's --engine-kv-gib)."""
+    shape = ModelShape.from_pretrained(str(QWEN3_8B))
+    fixed = config()
+    fixed.rollout.engine_kwargs = {"kv_cache_memory_bytes": 4 * GIB}
+    found = per_gpu_memory(fixed, shape, PARAMS, 8, 80e9, with_reference=False, with_critic=False)
+    profile = 16384 * (3 * 12288 + 3 * 4096) * 2 + 0.12 * GIB  # as in the DAPO plan below
+    assert found["rollout"]["kv_cache"] == 4 * GIB
+    assert found["rollout"]["share"] == pytest.approx(PARAMS * 2 + profile + 4 * GIB)  # not 0.5 × 80 GB
+    assert found["rollout"]["kv_tokens_per_engine"] == pytest.approx(4 * GIB / (2 * 36 * 1024 * 2))
+    shared = per_gpu_memory(config(), shape, PARAMS, 8, 80e9, with_reference=False, with_critic=False)
+    assert found["generation_peak"] - shared["generation_peak"] == pytest.approx(PARAMS * 2 + profile + 4 * GIB - 40e9)
+
+
 def test_qwen3_8b_shape_adds_up_to_its_parameter_count():
     shape = ModelShape.from_pretrained(str(QWEN3_8B))
     # q and o 4096·4096, k and v 4096·1024, MLP 3·4096·12288, norms 2·4096 + 2·128 = 192,946,432 a layer;

@@ -297,17 +297,30 @@ def engine_profile_bytes(config, shape: ModelShape, device_bytes: float) -> floa
     return tokens * per_token + ENGINE_NON_TORCH_GIB * GIB
 
 
+def fixed_kv_cache_bytes(config) -> float | None:
+    """vLLM's `kv_cache_memory_bytes` (rollout.engine_kwargs), a KV cache of that size on each GPU: vLLM then
+    skips sizing it from `gpu_memory_utilization` (its log: "reserved ... as specified by kv_cache_memory_bytes")."""
+    if config.rollout.name != "vllm":
+        return None
+    kwargs = OmegaConf.select(config, "rollout.engine_kwargs", default=None) or {}
+    return float(kwargs["kv_cache_memory_bytes"]) if kwargs.get("kv_cache_memory_bytes") else None
+
+
 def rollout_bytes(config, shape: ModelShape, params: int, device_bytes: float) -> dict[str, float]:
     """The engine's share while it generates: `gpu_memory_utilization` of the device, of which its bf16
     weights (split over `rollout.tensor_model_parallel_size`) and its profiled forward (`engine_profile_bytes`)
-    come first and the rest bounds the KV cache."""
+    come first and the rest bounds the KV cache; with `fixed_kv_cache_bytes`, those three summed."""
     share, weights = engine_share(config, params, device_bytes)
     if config.rollout.name not in ENGINES:
         return {"share": share, "weights": weights, "profile": 0.0, "kv_cache": 0.0, "kv_tokens_per_engine": 0.0}
     tp = config.rollout.tensor_model_parallel_size
     kv_per_token_per_gpu = 2 * shape.layers * shape.kv_width * ACTIVATION_BYTES / tp  # K and V, bf16
     profile = engine_profile_bytes(config, shape, device_bytes)
-    kv_cache = max(share - weights - profile, 0.0)
+    kv_cache = fixed_kv_cache_bytes(config)
+    if kv_cache is None:
+        kv_cache = max(share - weights - profile, 0.0)
+    else:
+        share = weights + profile + kv_cache
     return {"share": share, "weights": weights, "profile": profile, "kv_cache": kv_cache,
             "kv_tokens_per_engine": kv_cache / kv_per_token_per_gpu}
 
@@ -369,7 +382,7 @@ def micro_batch_tokens_within(found: dict, limit: float, *, cached: bool) -> int
 def engine_share_within(config, found: dict, limit: float) -> float:
     """The largest `rollout.gpu_memory_utilization` whose generation phase stays within `limit` bytes, and the
     update too where the engine stays awake through it (`engine_awake_reason`)."""
-    if config.rollout.name not in ENGINES:
+    if config.rollout.name not in ENGINES or fixed_kv_cache_bytes(config):  # a fixed cache ignores the share
         return 0.0
     resident = found["generation_peak"] - found["engine"]
     if found["engine_awake"]:
@@ -383,6 +396,8 @@ def phase_parts(config, found: dict) -> dict[str, dict[str, float]]:
     state = found["state"]
     engine = (f"the engine's rollout.gpu_memory_utilization={config.rollout.gpu_memory_utilization} share"
               if config.rollout.name in ENGINES else "the HF engine's fp32 weights")
+    if kv_cache := fixed_kv_cache_bytes(config):
+        engine = f"the engine's weights, forward and {kv_cache / GIB:.1f} GiB KV cache (kv_cache_memory_bytes)"
     generation = {"training state without gradients": sum(state.values()) - state["grads"], engine: found["engine"],
                   "CUDA runtime": found["runtime"]}
     update = {"training state": sum(state.values()), "gathered weights": sum(found["gathered"].values()),
