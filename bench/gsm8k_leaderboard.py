@@ -75,6 +75,7 @@ from bench.gsm8k_report import (  # noqa: E402
 )
 from bench.leaderboard_gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
 from bench.leaderboard_host import HostMemory  # noqa: E402
+from bench.leaderboard_memory import jobs_memory_warning  # noqa: E402
 from bench.leaderboard_schedules import (  # noqa: E402
     add_schedule_args,
     check_placement_flags,
@@ -483,8 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     todo = [job.name for job in jobs if job.status == "queued"]
     print(f"[{stamp()}] {len(todo)} jobs on {', '.join(devices.get(g, 'CPU') + (f' (GPU {g})' if g else '') for g in gpus)}"
           f", up to {args.runs_per_gpu} per GPU: {' '.join(todo) or 'nothing to do'}", flush=True)
-    run_jobs(jobs, args, out, uri, gpus, lambda job: job_command(job, args, common, out, eval_len, deadline),
-             deadline, devices)
+    command_of = lambda job: job_command(job, args, common, out, eval_len, deadline)  # noqa: E731
+    if warning := jobs_memory_warning(jobs, command_of, model_path, gpus, devices, args.runs_per_gpu):
+        print(f"[{stamp()}] {warning}", flush=True)
+    run_jobs(jobs, args, out, uri, gpus, command_of, deadline, devices)
     return finish_invocation(out, uri, suite.experiment, jobs, {
         "command": " ".join(["bash bench/gsm8k_leaderboard.sh", *(argv if argv is not None else sys.argv[1:])]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "wall_s": None,
