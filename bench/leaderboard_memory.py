@@ -31,12 +31,10 @@ def gpu_total_bytes(gpu: str) -> float | None:
 def job_must_fit_bytes(recipe: str, overrides: list[str], model_path: str, device_bytes: float) -> float | None:
     """One job's update, as its own launch check plans it (None for a model whose layers the plan cannot count)."""
     from core.config import load_config
-    from core.trainer.memory_estimate import run_memory
+    from core.trainer.memory_estimate import planned_roles, run_memory
 
     config = load_config(recipe, overrides)
-    _, found = run_memory(config, model_path, 1, device_bytes,
-                          with_reference=bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward),
-                          with_critic=config.algorithm.adv_estimator == "gae")
+    _, found = run_memory(config, model_path, 1, device_bytes, **planned_roles(config))
     return found.get("training_allocated")
 
 

@@ -47,6 +47,7 @@ from core.trainer.memory_estimate import (  # noqa: E402
     expandable_segments_lever,
     micro_batch_tokens_within,
     per_gpu_memory,
+    planned_roles,
 )
 
 # GiB as nvidia-smi's memory.total gives them, the measured peaks' denominator (vLLM's share is of CUDA's
@@ -76,8 +77,7 @@ def memory_by_device(config, model: Path, world: int, prompt_tokens: float) -> d
     that would bring each phase within PEAK_TARGET."""
     shape = ModelShape.from_pretrained(str(model), config.model.trust_remote_code)
     params = count_parameters(str(model), config.model.trust_remote_code)
-    options = dict(with_reference=bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward),
-                   with_critic=config.algorithm.adv_estimator == "gae",
+    options = dict(**planned_roles(config),
                    adapter_params=count_adapter_parameters(config, str(model)), prompt_tokens=prompt_tokens)
     out = {}
     for device, capacity in DEVICES.items():

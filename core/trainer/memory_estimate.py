@@ -158,6 +158,13 @@ def check_state(found: dict) -> None:
             "/ torchrun ranks), actor.cpu_offload=true, or a lower rollout.gpu_memory_utilization")
 
 
+def planned_roles(config) -> dict[str, bool]:
+    """The models a run holds beside the actor, from its config alone (the trainer passes its own at launch):
+    a reference where a KL term needs one, a critic under GAE. Keyword arguments of `run_memory`."""
+    return {"with_reference": bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward),
+            "with_critic": config.algorithm.adv_estimator == "gae"}
+
+
 def check_run_fits(config, model_path: str, ranks: int, *, with_reference: bool, with_critic: bool) -> None:
     """On a CUDA machine, before any model loads or engine starts: fail in one line when a GPU cannot hold
     the run (`check_fits`). The dry run on a CUDA machine refuses the same way (core/trainer/plan.py)."""
@@ -284,6 +291,11 @@ def gathered_bytes(shape: ModelShape, param_bytes: int = 2) -> dict[str, float]:
             "lm_head_grad": shape.vocab * shape.hidden * 4}
 
 
+def engine_kwargs(config) -> dict:
+    """`rollout.engine_kwargs`, the engine's own arguments passed through (empty when unset)."""
+    return OmegaConf.select(config, "rollout.engine_kwargs", default=None) or {}
+
+
 def engine_profile_bytes(config, shape: ModelShape, device_bytes: float) -> float:
     """What a vLLM engine keeps of its share besides the weights: the peak of the one forward it profiles at start
     (`max_num_batched_tokens`, by default 16384 on a GPU of 70 GiB or more, else 8192: vLLM's offline defaults),
@@ -291,8 +303,7 @@ def engine_profile_bytes(config, shape: ModelShape, device_bytes: float) -> floa
     over `rollout.tensor_model_parallel_size`; plus its non-torch memory. Qwen3-8B on an H200: 1.50 + 0.12 GiB
     here, 1.53 + 0.12 in vLLM 0.26's log (results/scale/logs/*.run-tail.log), whose KV cache then held 233,120
     tokens at a 0.35 share; counting the weights alone, this plan said 246,733."""
-    kwargs = OmegaConf.select(config, "rollout.engine_kwargs", default=None) or {}
-    tokens = kwargs.get("max_num_batched_tokens") or (16384 if device_bytes >= 70 * GIB else 8192)
+    tokens = engine_kwargs(config).get("max_num_batched_tokens") or (16384 if device_bytes >= 70 * GIB else 8192)
     per_token = (3 * shape.intermediate + 3 * shape.hidden) * ACTIVATION_BYTES / config.rollout.tensor_model_parallel_size
     return tokens * per_token + ENGINE_NON_TORCH_GIB * GIB
 
@@ -300,10 +311,8 @@ def engine_profile_bytes(config, shape: ModelShape, device_bytes: float) -> floa
 def fixed_kv_cache_bytes(config) -> float | None:
     """vLLM's `kv_cache_memory_bytes` (rollout.engine_kwargs), a KV cache of that size on each GPU: vLLM then
     skips sizing it from `gpu_memory_utilization` (its log: "reserved ... as specified by kv_cache_memory_bytes")."""
-    if config.rollout.name != "vllm":
-        return None
-    kwargs = OmegaConf.select(config, "rollout.engine_kwargs", default=None) or {}
-    return float(kwargs["kv_cache_memory_bytes"]) if kwargs.get("kv_cache_memory_bytes") else None
+    kv_bytes = engine_kwargs(config).get("kv_cache_memory_bytes") if config.rollout.name == "vllm" else None
+    return float(kv_bytes) if kv_bytes else None
 
 
 def rollout_bytes(config, shape: ModelShape, params: int, device_bytes: float) -> dict[str, float]:

@@ -26,6 +26,7 @@ from core.trainer.memory_estimate import (
     expandable_segments_lever,
     micro_batch_tokens_within,
     phase_parts,
+    planned_roles,
     run_memory,
 )
 from core.trainer.setup import data_files
@@ -145,9 +146,7 @@ def memory_plan(config, world: int) -> dict:
         return {"note": "trainer.device=cpu: no GPU to plan for"}
     on_gpu = torch.cuda.is_available()
     device = torch.cuda.get_device_properties(0).total_memory if on_gpu else ASSUMED_GPU_GIB * GIB
-    params, found = run_memory(config, str(path), world, device,
-                               with_reference=bool(config.actor.use_kl_loss or config.algorithm.use_kl_in_reward),
-                               with_critic=config.algorithm.adv_estimator == "gae")
+    params, found = run_memory(config, str(path), world, device, **planned_roles(config))
     refusal = None
     try:
         check_fits(config, params, device, found)
