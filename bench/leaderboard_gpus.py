@@ -50,3 +50,15 @@ def gpu_names(gpus: list[str]) -> dict[str, str]:
             names[gpu] = ""
         names[gpu] = names[gpu] or f"GPU {gpu}"
     return names
+
+
+def gpu_total_bytes(gpu: str) -> float | None:
+    """GPU `gpu`'s memory as nvidia-smi counts it, or None without one."""
+    if not gpu:
+        return None
+    try:
+        mib = subprocess.run(["nvidia-smi", "-i", gpu, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return float(mib[0]) * 2**20 if mib else None

@@ -11,21 +11,8 @@ pessimistic for the second. nvidia-smi, not torch, gives the GPU's size: the dri
 
 from __future__ import annotations
 
-import subprocess
-
+from bench.leaderboard_gpus import gpu_total_bytes
 from core.trainer.memory_estimate import GIB, PEAK_TARGET
-
-
-def gpu_total_bytes(gpu: str) -> float | None:
-    """GPU `gpu`'s memory as nvidia-smi counts it, or None without one."""
-    if not gpu:
-        return None
-    try:
-        mib = subprocess.run(["nvidia-smi", "-i", gpu, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return float(mib[0]) * 2**20 if mib else None
 
 
 def job_must_fit_bytes(recipe: str, overrides: list[str], model_path: str, device_bytes: float) -> float | None:

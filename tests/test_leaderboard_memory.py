@@ -10,7 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.leaderboard_memory import gpu_total_bytes, jobs_memory_warning, runs_per_gpu_warning  # noqa: E402
+from bench.leaderboard_gpus import gpu_total_bytes  # noqa: E402
+from bench.leaderboard_memory import jobs_memory_warning, runs_per_gpu_warning  # noqa: E402
 from core.trainer.memory_estimate import GIB  # noqa: E402
 
 
