@@ -5,7 +5,7 @@ Each job's trainer checks its own memory plan at launch against the whole GPU (c
 first update ran (PyTorch's caching allocator holds it), so the figure summed is the plan's *must fit* of the
 update. Four Qwen2.5-Coder-0.5B jobs on one H200 planned 33.5 GiB each and held 32.5–37.2 GiB in nvidia-smi; three
 ran out of memory in their update (results/reasoning_gym_open_coder, 2026-11-28). SmolLM2 jobs ran 4 to an H100
-where their plans sum to just over it, so this is a warning, not a refusal: the plan is exact for the first and
+where their plans sum to just over it, so this is a warning, not a refusal: the plan is close for the first and
 pessimistic for the second. nvidia-smi, not torch, gives the GPU's size: the driver must hold no CUDA context.
 """
 

@@ -208,3 +208,22 @@ def test_a_tensor_parallel_group_shares_its_rows_in_the_batch_plan():
     assert batch_summary(load_config("grpo", overrides), 2)["sequences_per_mini_batch_per_device"] == 80
     tp = batch_summary(load_config("grpo", [*overrides, "actor.tensor_parallel_size=2"]), 2)
     assert (tp["sequences_per_mini_batch_per_device"], tp["grad_accumulation_steps"]) == (160, 5)
+
+
+def test_a_converted_pypi_model_is_planned_from_its_cache_dir(capsys, gsm8k_dir, random_model_dir):
+    """pypi://NAME already converted: the dry run reads its cached config.json, as a local dir, and downloads
+    nothing; not yet converted, the memory is left to the launch."""
+    import json
+    import shutil
+
+    from core.models.fetch import SOURCE_FILE, model_dir
+
+    data = [f"data.train_files={gsm8k_dir / 'train.parquet'}", f"data.val_files={gsm8k_dir / 'test.parquet'}",
+            "model.path=pypi://SmolLM2-135M-Instruct", "trainer.device=cuda", "rollout.name=vllm"]
+    code, out, _ = dry_run(capsys, *data)
+    assert code == 0 and "memory       estimated at launch" in out
+    cached = model_dir("SmolLM2-135M-Instruct")  # under the fixture's RECIPEZOO_CACHE
+    shutil.copytree(random_model_dir, cached)
+    (cached / SOURCE_FILE).write_text(json.dumps({"converter": 2}))
+    code, out, _ = dry_run(capsys, *data)
+    assert code == 0 and "memory       per GPU of a 79.2 GiB GPU" in out and "generation " in out

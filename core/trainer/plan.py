@@ -16,7 +16,7 @@ import torch
 from core.config import ConfigError
 from core.config.validate import CONTROLLER_PACKAGES, ROLLOUT_PACKAGES, planned_world, validate_config
 from core.data.dataset import get_field, read_rows
-from core.models.fetch import PYPI_PREFIX, FetchError, describe_pypi_model
+from core.models.fetch import PYPI_MODELS, PYPI_PREFIX, FetchError, describe_pypi_model, is_complete, model_dir
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
 from core.trainer.memory_estimate import (
     GIB,
@@ -134,12 +134,21 @@ def placed_roles(config, world: int) -> dict[str, int]:
 ASSUMED_GPU_GIB = 79.2
 
 
+def cached_model_dir(path: str) -> Path:
+    """`path` as a local dir: a `pypi://` model already converted is its cache dir (a dry run downloads nothing)."""
+    name = path[len(PYPI_PREFIX):] if path.startswith(PYPI_PREFIX) else None
+    if name in PYPI_MODELS and is_complete(cached := model_dir(name)):
+        return cached
+    return Path(path).expanduser()
+
+
 def memory_plan(config, world: int) -> dict:
     """Per GPU, phase by phase, the launch check's model (`run_memory`) against this machine's GPU, or, with
-    none, an H100 80GB's; a local model dir's config.json is read (a hub id would need a download). On a
+    none, an H100 80GB's; a local model dir's config.json is read, or a converted pypi:// model's (a hub id
+    would need a download). On a
     CUDA machine a run the launch would refuse fails here with the launch's message; without one the
     message is kept, for the GPU assumed."""
-    path = Path(config.model.path).expanduser()
+    path = cached_model_dir(config.model.path)
     if config.model.init == "pretrained" and not (path / "config.json").exists():
         return {"note": "estimated at launch (model.path is not a local dir with config.json)"}
     if config.trainer.device == "cpu":
