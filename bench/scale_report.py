@@ -40,9 +40,18 @@ def table(results: list[dict]) -> list[str]:
 
 
 def step_cell(result: dict) -> str:
-    """The median step, and where the suite's --timeout-s stopped the run, after which of its steps."""
+    """The median step, and where the suite's --timeout-s stopped the run, after which of its steps. A run
+    stopped before any step after the first shows that first step (compiles and allocations included) instead,
+    with its slowest stages: the only time it measured."""
     stop = result.get("stopped_by_time_limit")
-    return number_cell(result["median_step_s"]) + (f" (stopped by the time limit {stop})" if stop else "")
+    cell = number_cell(result["median_step_s"])
+    first = (result.get("steps") or {}).get("1", {})
+    if result["median_step_s"] is None and first.get("timing_s/step"):
+        stages = sorted(((key.removeprefix("timing_s/"), value) for key, value in first.items()
+                         if key.startswith("timing_s/") and key != "timing_s/step"), key=lambda kv: -kv[1])
+        cell = (f"step 1 only: {first['timing_s/step']:.1f} ("
+                + ", ".join(f"{name} {seconds:.1f}" for name, seconds in stages[:3]) + ")")
+    return cell + (f" (stopped by the time limit {stop})" if stop else "")
 
 
 def plot(results: list[dict], out: Path) -> None:

@@ -129,6 +129,12 @@ def test_the_report_says_where_the_time_limit_stopped_a_run():
     assert step_cell({"median_step_s": 72.04, "stopped_by_time_limit": "after step 2 of 3"}) == \
         "72.0 (stopped by the time limit after step 2 of 3)"
     assert step_cell({"median_step_s": 45.4}) == "45.4"
+    first_only = {"median_step_s": None, "stopped_by_time_limit": "after step 1 of 3", "steps": {"1": {
+        "timing_s/step": 158.22, "timing_s/gen": 38.2, "timing_s/old_log_prob": 51.7,
+        "timing_s/update_actor": 66.86, "timing_s/reward": 0.4}}}
+    assert step_cell(first_only) == ("step 1 only: 158.2 (update_actor 66.9, old_log_prob 51.7, gen 38.2) "
+                                     "(stopped by the time limit after step 1 of 3)")
+    assert step_cell({"median_step_s": None, "steps": {}}) == "–"
 
 
 def test_a_tagged_run_is_named_apart_from_the_untagged_one():
