@@ -21,15 +21,17 @@ N = 4  # samples per prompt
 
 class ParityReward:
     """Controlled scores: a prompt with an even dataset index scores 1 on every sample (a uniform
-    group, to be dropped); an odd one alternates 0, 1, 0, 1 over its adjacent samples."""
+    group, to be dropped); an odd one alternates 0, 1, 0, 1 over its adjacent samples. Every group is
+    uniform when `all_uniform`, or in the first `uniform_rounds` calls."""
 
-    def __init__(self, all_uniform=False):
-        self.all_uniform = all_uniform
+    def __init__(self, all_uniform=False, uniform_rounds=0):
+        self.all_uniform, self.uniform_rounds = all_uniform, uniform_rounds
         self.calls, self.uniform_indices = 0, set()
 
     def __call__(self, batch):
         self.calls += 1
-        even = torch.tensor([self.all_uniform or int(i) % 2 == 0 for i in batch["index"]])  # (B,)
+        uniform = self.all_uniform or self.calls <= self.uniform_rounds
+        even = torch.tensor([uniform or int(i) % 2 == 0 for i in batch["index"]])  # (B,)
         self.uniform_indices |= {int(i) for i, e in zip(batch["index"], even) if e}
         scores = torch.where(even, 1.0, (torch.arange(len(batch)) % 2).float())  # (B,)
         return place_on_last_token(scores, batch["response_mask"]), {"score": scores.tolist(), "acc": scores.tolist()}
@@ -70,6 +72,17 @@ def test_all_uniform_groups_fail_after_max_num_gen_batches(fast_overrides):
     assert "algorithm.filter_groups.max_num_gen_batches=3" in message
     assert "only 0 of 4 prompt groups" in message and "12 prompts" in message
     assert reward.calls == 3
+
+
+def test_no_limit_samples_past_the_default_cap_until_the_batch_is_full(fast_overrides):
+    # 0 lifts the cap (verl's "endless trials"): 12 all-uniform rounds, more than the default 10, then mixed ones.
+    trainer = dapo_trainer(fast_overrides, "trainer.total_steps=1", "algorithm.filter_groups.max_num_gen_batches=0")
+    trainer.reward_manager = reward = ParityReward(uniform_rounds=12)
+    updates = []
+    update = trainer.update_policy
+    trainer.update_policy = lambda batch: updates.append(batch) or update(batch)
+    trainer.fit()
+    assert reward.calls > 12 and len(updates) == 1 and len(group_indices(updates[0]["uid"])) == 4
 
 
 def test_a_response_of_length_l_max_loses_the_penalty_factor(fast_overrides):

@@ -8,6 +8,8 @@ penalty to each response's last-token score.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from core.algos.advantages import group_indices
@@ -28,7 +30,8 @@ class DAPOTrainer(BaseTrainer):
             return super().generate(prompts, params)
         target = len(prompts)  # this rank's share of data.train_batch_size, in groups
         kept, num_kept, num_generated = [], 0, 0
-        for round_ in range(1, filter_groups.max_num_gen_batches + 1):
+        cap = filter_groups.max_num_gen_batches  # 0: no cap, sample until the batch is full (verl's endless trials)
+        for round_ in itertools.count(1):
             if num_kept < target:
                 batch = super().compute_rewards(super().generate(prompts))
                 # A prompt drawn again in a later round must not merge with its earlier group.
@@ -42,13 +45,13 @@ class DAPOTrainer(BaseTrainer):
             # Every rank draws the same number of batches, so the loaders stay in step.
             if all_reduce_sum(float(num_kept < target), self.world.device) == 0:
                 break
-            if round_ == filter_groups.max_num_gen_batches:
+            if round_ == cap:
                 raise RuntimeError(
                     f"DAPO dynamic sampling: after algorithm.filter_groups.max_num_gen_batches="
                     f"{round_} generation rounds ({num_generated} prompts on this rank) only {num_kept} of "
                     f"{target} prompt groups had non-uniform scores; the others were all right or all "
-                    f"wrong. Raise algorithm.filter_groups.max_num_gen_batches, or check that the task "
-                    f"is neither too easy nor too hard for the model (critic/score/mean)"
+                    f"wrong. Raise algorithm.filter_groups.max_num_gen_batches (0: no limit), or check that "
+                    f"the task is neither too easy nor too hard for the model (critic/score/mean)"
                 )
             prompts = next(self.train_loader)
         self.step_metrics.update({"dapo/num_gen_batches": round_, "dapo/kept_group_ratio": num_kept / num_generated})
