@@ -66,6 +66,24 @@ def test_8b_state_over_8_ranks_by_hand():
                      "reference": 4_095_367_680}
 
 
+def test_tensor_parallel_2_keeps_the_root_and_norms_whole_by_hand():
+    """actor.tensor_parallel_size=2 on 2 GPUs (dp 1): the projections are split over both GPUs, the embeddings,
+    LM head and norms stay whole on each, so a GPU holds (PARAMS + replicated) / 2 of the state, not PARAMS / 2.
+    Measured at 8B on 2 H200s: 124.6 GiB, where the plan counted as if all were split read 113.6."""
+    shape = ModelShape.from_pretrained(str(QWEN3_8B))
+    replicated = 1_244_663_808 + 36 * (2 * 4096 + 2 * 128)  # root + 36 layers' four norms = 1,244,967,936
+    assert shape.replicated_params(shape.root_params) == replicated == 1_244_967_936
+    tp2 = per_gpu_memory(config(tensor_parallel_size=2), shape, PARAMS, 2, 140e9, with_reference=True,
+                         with_critic=False)
+    fsdp = per_gpu_memory(config(), shape, PARAMS, 2, 140e9, with_reference=True, with_critic=False)
+    per_param = 4 + 4 + 8 + 4  # fp32 weights, grads, AdamW's moments, the fp32 reference
+    assert sum(tp2["state"].values()) == (PARAMS + 1_244_967_936) * per_param / 2  # 94,357,032,960 B
+    assert sum(tp2["state"].values()) - sum(fsdp["state"].values()) == 12_449_679_360  # 11.6 GiB more a GPU
+    # each GPU gathers its half of two layers' bf16 weights and fp32 grads: 192,946,432 · (2 + 4) · 2 / 2
+    assert tp2["gathered"]["layer_weights"] + tp2["gathered"]["layer_grads"] == 1_157_678_592
+    assert tp2["gathered"]["root_weights"] == fsdp["gathered"]["root_weights"]
+
+
 def test_dapo_8_gpus_phases_by_hand():
     shape = ModelShape.from_pretrained(str(QWEN3_8B))
     found = per_gpu_memory(config(), shape, PARAMS, 8, 80e9, with_reference=False, with_critic=False)

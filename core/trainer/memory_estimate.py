@@ -1,6 +1,7 @@
 """Will the run fit? Device memory per GPU, estimated from the config before any model loads.
 
-What stays resident on each GPU through a step (FSDP2 shards it over every rank):
+What stays resident on each GPU through a step (FSDP2 shards it over every rank; under
+`actor.tensor_parallel_size` the tensors tensor parallel leaves whole, over the dp ranks alone):
 - the actor: fp32 master weights, fp32 gradients and AdamW's two fp32 moments = 16 bytes a parameter;
   with LoRA (`actor.lora.rank`) 16 bytes an adapter parameter, and the frozen base 2 bytes a parameter
   (bf16; 4 under actor.mixed_precision=fp32);
@@ -253,6 +254,16 @@ class ModelShape:
     def value_params(self) -> int:  # PPO's critic: the same decoder with a scalar head in place of the LM head
         return self.layers * self.layer_params + self.vocab * self.hidden + 2 * self.hidden
 
+    def replicated_params(self, root_params: int) -> int:
+        """Of a model with `root_params` outside its decoder layers, those tensor parallel leaves whole on each
+        tp rank (core/engine/tp.py splits only the attention and MLP projections): the root and every norm."""
+        return root_params + self.layers * (2 * self.hidden + 2 * self.head_dim)
+
+    def tensor_parallel_params(self, params: int, root_params: int, tp: int) -> int:
+        """The parameter count whose share over all `tp` × dp ranks is what one GPU holds: FSDP2 shards the split
+        projections over every rank but the replicated tensors over the dp ranks alone, tp times as much each."""
+        return params + self.replicated_params(root_params) * (tp - 1)
+
 
 def micro_batch_tokens(config, world: int, prompt_tokens: float | None = None) -> int:
     """Tokens of the largest training micro-batch on one rank: `actor.micro_batch_tokens`, else
@@ -281,13 +292,14 @@ def activation_bytes(shape: ModelShape, tokens: int, *, checkpointing: bool, chu
     }
 
 
-def gathered_bytes(shape: ModelShape, param_bytes: int = 2) -> dict[str, float]:
+def gathered_bytes(shape: ModelShape, param_bytes: int = 2, tp: int = 1) -> dict[str, float]:
     """Unsharded copies FSDP2 holds while the update runs: the root unit's weights, kept gathered through
     forward and backward; two decoder layers' weights (the one computing and the one prefetched) and their
-    gradients before the fp32 reduce-scatter; the LM head's gradient, accumulated in fp32 by the log-prob head."""
+    gradients before the fp32 reduce-scatter, each a tp rank's slice under tensor parallel; the LM head's
+    gradient, accumulated in fp32 by the log-prob head."""
     return {"root_weights": shape.root_params * param_bytes,
-            "layer_weights": PREFETCHED_LAYERS * shape.layer_params * param_bytes,
-            "layer_grads": PREFETCHED_LAYERS * shape.layer_params * 4,
+            "layer_weights": PREFETCHED_LAYERS * shape.layer_params * param_bytes / tp,
+            "layer_grads": PREFETCHED_LAYERS * shape.layer_params * 4 / tp,
             "lm_head_grad": shape.vocab * shape.hidden * 4}
 
 
@@ -343,10 +355,12 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
     asleep): all the state, the gathered copies, one micro-batch's activations and the runtime
     (`training_allocated`, what must fit), plus the blocks the caching allocator keeps from earlier
     micro-batches (`allocator_cache`, what is likely). `prompt_tokens`: see `micro_batch_tokens`."""
-    actor = config.actor
-    state = training_state(config, params, world, with_reference=with_reference, with_critic=with_critic,
-                           adapter_params=adapter_params, critic_params=shape.value_params)
-    gathered = gathered_bytes(shape, 4 if actor.mixed_precision == "fp32" else 2)
+    actor, tp = config.actor, config.actor.tensor_parallel_size
+    state = training_state(config, shape.tensor_parallel_params(params, shape.root_params, tp), world,
+                           with_reference=with_reference, with_critic=with_critic, adapter_params=adapter_params,
+                           critic_params=shape.tensor_parallel_params(
+                               shape.value_params, shape.value_params - shape.layers * shape.layer_params, tp))
+    gathered = gathered_bytes(shape, 4 if actor.mixed_precision == "fp32" else 2, tp)
     tokens = micro_batch_tokens(config, world, prompt_tokens)
     activations = activation_bytes(shape, tokens, checkpointing=actor.gradient_checkpointing,
                                    chunk_tokens=actor.logprob_chunk_tokens)
