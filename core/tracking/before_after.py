@@ -25,6 +25,7 @@ from core.tracking.eval_columns import (
     param_number,
     scored_sources,
 )
+from core.tracking.ranks_by_step import ranks_by_step_lines
 from core.tracking.run_export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
 from core.tracking.schedules import schedule_lines, schedule_plots, schedule_records
 from core.tracking.seed_stats import SeedStats
@@ -360,7 +361,8 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
         lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite))
-        lines += evidence_lines(rows, suite, section.test_sizes) + (flatness_lines(rows) if suite else [])
+        lines += evidence_lines(rows, suite, section.test_sizes)
+        lines += flatness_lines(rows) + ranks_by_step_lines(rows) if suite else []
         lines += schedule_lines(rows, section.columns, schedule_figures.get(model))
         lines += _details(section, rows) if rows else []
         if rows and (plots or {}).get(model):
