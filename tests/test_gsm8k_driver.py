@@ -294,7 +294,7 @@ def test_every_variant_loads_with_the_shared_budget(tmp_path):
     assert "actor.micro_batch_tokens=16384" in driver.run_overrides(driver.parse_args([]), tmp_path, "file:///s", 2048)
     dapo_command = driver.job_command(driver.Job("d", "dapo", 0), args, common, tmp_path, 1024, None)
     dapo = load_config("dapo", dapo_command[dapo_command.index("--") + 1:])
-    assert dapo.reward.overlong_buffer.len == 76 and dapo.algorithm.filter_groups.max_num_gen_batches == 20
+    assert dapo.reward.overlong_buffer.len == 76 and dapo.algorithm.filter_groups.max_num_gen_batches == 50
     assert "--finish-by" not in dapo_command  # no --time-limit-s: every run makes all its steps
     ppo_command = driver.job_command(driver.Job("p", "ppo", 0), args, common, tmp_path, 1024, None)
     ppo = load_config("ppo", ppo_command[ppo_command.index("--") + 1:])
