@@ -71,6 +71,8 @@ from bench.gsm8k_report import (  # noqa: E402
     last_step,
     merge_outputs,
     open_store,
+    steps_made,
+    summary_line,
     tag_gpu_time,
 )
 from bench.leaderboard_gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
@@ -361,12 +363,13 @@ def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str
     took = f"{job.ended - job.started:.0f}s"
     if code == 0 and job.summary.get("status") == "done":
         job.status = "stopped" if job.summary.get("stopped") else "done"
-        print(f"[{stamp()}] {job.status} {job.name} in {took}: {describe(job.summary)}", flush=True)
+        print(f"[{stamp()}] {job.status} {job.name} in {took}: {summary_line(job.summary)}", flush=True)
         if job.variant is not None:
             tag_gpu_time(uri, job, [other for other in jobs if other.gpu == job.gpu and other.started],
                          devices.get(job.gpu.split(",")[0], "CPU"))
         return
     job.status = "crashed"
+    job.summary["steps"] = job.summary.get("steps") or steps_made(job.log)  # the jobs table says how far it got
     if job.variant is None:  # the pretrained model is evaluated once: partial figures would block a rerun
         discard_before_evals(uri, experiment, job.started)
     job.error = (host.killed_reason(code, job.killed_by_driver) or crash_reason(job.log)  # a rerun rewrites the log
@@ -374,22 +377,6 @@ def finish_job(job: Job, jobs: list[Job], out: Path, uri: str, devices: dict[str
     print(f"[{stamp()}] CRASHED {job.name} (exit {code}, after {took}); it is not counted. "
           + (f"It was {job.error}. " if job.error else "")
           + f"Last {LOG_TAIL_LINES} lines of {job.log}:\n{log_tail(job.log)}", flush=True)
-
-
-def describe(summary: dict) -> str:
-    parts = []
-    if summary.get("steps") is not None:
-        parts.append(f"{summary['steps']} steps" + (f" ({summary['stopped']})" if summary.get("stopped") else ""))
-    if summary.get("step_s"):
-        parts.append(f"{summary['step_s']:.1f} s/step" + (f" ({summary['steady_step_s']:.1f} after step 1)"
-                                                           if summary.get("steady_step_s") else ""))
-    parts += [f"{key[:-2]} {summary[key]:.0f}s" for key in ("setup_s", "train_s", "eval_s") if key in summary]
-    for name, results in sorted((summary.get("figures") or {}).items()):  # name: <eval set>/<grader>
-        for source, values in results.items():
-            metric = next((key for key in sorted(values) if key.startswith("mean@")), None)
-            if source != "all" and metric:
-                parts.append(f"{name} {metric} {values[metric]:.3f}")
-    return ", ".join(parts)
 
 
 def stop(job: Job) -> None:

@@ -141,6 +141,12 @@ def last_step(path: Path) -> str:
     return f"step {steps[-1]}" if steps else "generating" if "generated " in tail else "starting"
 
 
+def steps_made(path: Path) -> int | None:
+    """How many steps a job's trainer finished, from its log's last step line (None before the first)."""
+    made = re.match(r"step (\d+)/", last_step(path))
+    return int(made.group(1)) if made else None
+
+
 # An exception line; RunHalted is the trainer's own stop (a reward function failing on most rows, a runaway run).
 ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Halted)\b:.*)$")
 
@@ -374,3 +380,20 @@ def render_readme(invocations: list[dict], counted_ids: set[str], regenerate: st
                          f"{_seconds(job.get('setup_s'))} | {_seconds(job.get('train_s'))} | {steps} | {step_s} | "
                          f"{_seconds(job.get('eval_s'))} | {job.get('run_id') or '—'} |")
     return "\n".join(lines) + "\n"
+
+
+def summary_line(summary: dict) -> str:
+    """A finished job's steps, speed, phases and headline figures, as the driver prints them."""
+    parts = []
+    if summary.get("steps") is not None:
+        parts.append(f"{summary['steps']} steps" + (f" ({summary['stopped']})" if summary.get("stopped") else ""))
+    if summary.get("step_s"):
+        parts.append(f"{summary['step_s']:.1f} s/step" + (f" ({summary['steady_step_s']:.1f} after step 1)"
+                                                           if summary.get("steady_step_s") else ""))
+    parts += [f"{key[:-2]} {summary[key]:.0f}s" for key in ("setup_s", "train_s", "eval_s") if key in summary]
+    for name, results in sorted((summary.get("figures") or {}).items()):  # name: <eval set>/<grader>
+        for source, values in results.items():
+            metric = next((key for key in sorted(values) if key.startswith("mean@")), None)
+            if source != "all" and metric:
+                parts.append(f"{name} {metric} {values[metric]:.3f}")
+    return ", ".join(parts)

@@ -634,7 +634,7 @@ def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_jo
 
 
 def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
-    from bench.gsm8k_report import crash_reason, with_crash_reasons
+    from bench.gsm8k_report import crash_reason, steps_made, with_crash_reasons
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "dapo-seed2.log").write_text(
@@ -646,6 +646,9 @@ def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
         "[rank0]: core.trainer.stops.RunHalted: stopped at step 1: the reward function "
         "core.reward.reasoning_gym.compute_score failed on 512 of 512 rows of a batch\n")
     assert crash_reason(tmp_path / "logs" / "gspo-seed3.log").startswith("core.trainer.stops.RunHalted: stopped at step 1")
+    # the steps a crashed job made, for its row of the jobs table: its log's last step line
+    assert steps_made(tmp_path / "logs" / "dapo-seed2.log") == 3 and steps_made(tmp_path / "logs" / "grpo-seed0.log") == 16
+    assert steps_made(tmp_path / "logs" / "gspo-seed3.log") is None
     assert crash_reason(tmp_path / "logs" / "dapo-seed2.log") == \
         "RuntimeError: DAPO dynamic sampling: only 53 of 64 prompt groups had non-uniform scores"
     record = {"jobs": [{"status": "crashed", "log": "logs/dapo-seed2.log"},
