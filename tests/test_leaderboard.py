@@ -88,6 +88,15 @@ def test_export_keeps_finished_tagged_runs_with_their_protocol_and_sizes(export)
     assert grpo1["history"]["critic/score/mean"] == [[1, 0.11], [2, 0.21], [3, 0.31], [4, 0.41]]
 
 
+def test_export_keeps_dapos_sampling_history(tmp_path):
+    client = mlflow.MlflowClient(uri := f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = log_run(client, client.create_experiment("dapo"), "dapo", 0, 0.5, 60)
+    client.log_batch(run_id, metrics=[Metric("dapo/kept_group_ratio", ratio, START, step) for step, ratio in
+                                      ((1, 0.5), (2, 0.25))] + [Metric("dapo/num_gen_batches", 4.0, START, 2)])
+    history = export_runs(uri, "dapo")["runs"][0]["history"]
+    assert history["dapo/kept_group_ratio"] == [[1, 0.5], [2, 0.25]] and history["dapo/num_gen_batches"] == [[2, 4.0]]
+
+
 def test_export_round_trips_as_stable_json(export, tmp_path):
     path = save_export(export, tmp_path / "runs.json")
     assert load_export(path) == export

@@ -64,6 +64,8 @@ TRAIN_REWARD_KEY = "critic/score/mean"
 # Held-out figures of multi-turn runs whose curves the export keeps beside the accuracies (tool_use_section.py).
 TOOL_CALL_RATE_KEY = "val/tool/call_rate"
 TOOL_TURNS_KEY = "val/multi_turn/num_turns/mean"
+# DAPO's dynamic sampling per step (recipes/dapo/trainer.py): kept, to show when its informative groups run out.
+DYNAMIC_SAMPLING_KEYS = ("dapo/kept_group_ratio", "dapo/num_gen_batches")
 GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step, logged every step
 # Every response token the engine sampled for a step, including those not trained on (ReMax's greedy
 # baseline, DAPO's dropped groups); logged by bench/gsm8k_run.py.
@@ -183,7 +185,7 @@ def _export_run(client, run) -> dict:
         return [[step, float(points[step].value)] for step in sorted(points)]
 
     histories = {key: history(key) for key in sorted(metrics)
-                 if is_task_acc_key(key) or key in (TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY)}
+                 if is_task_acc_key(key) or key in (TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY, *DYNAMIC_SAMPLING_KEYS)}
     histories[TRAIN_REWARD_KEY] = history(TRAIN_REWARD_KEY) if TRAIN_REWARD_KEY in metrics else []
     # Final values from the histories where we have them: MLflow's "latest" breaks step ties by timestamp.
     final = {key: metrics[key] for key in sorted(metrics) if key.startswith("val/")}
