@@ -254,15 +254,16 @@ class ModelShape:
     def value_params(self) -> int:  # PPO's critic: the same decoder with a scalar head in place of the LM head
         return self.layers * self.layer_params + self.vocab * self.hidden + 2 * self.hidden
 
-    def replicated_params(self, root_params: int) -> int:
-        """Of a model with `root_params` outside its decoder layers, those tensor parallel leaves whole on each
-        tp rank (core/engine/tp.py splits only the attention and MLP projections): the root and every norm."""
-        return root_params + self.layers * (2 * self.hidden + 2 * self.head_dim)
+    def replicated_params(self, params: int) -> int:
+        """Of a model of `params` built on these layers (the policy, or the critic's `value_params`), those tensor
+        parallel leaves whole on each tp rank (core/engine/tp.py splits only the attention and MLP projections):
+        everything outside the decoder layers, and every layer's norms."""
+        return params - self.layers * self.layer_params + self.layers * (2 * self.hidden + 2 * self.head_dim)
 
-    def tensor_parallel_params(self, params: int, root_params: int, tp: int) -> int:
+    def tensor_parallel_params(self, params: int, tp: int) -> int:
         """The parameter count whose share over all `tp` × dp ranks is what one GPU holds: FSDP2 shards the split
         projections over every rank but the replicated tensors over the dp ranks alone, tp times as much each."""
-        return params + self.replicated_params(root_params) * (tp - 1)
+        return params + self.replicated_params(params) * (tp - 1)
 
 
 def micro_batch_tokens(config, world: int, prompt_tokens: float | None = None) -> int:
@@ -356,10 +357,9 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
     (`training_allocated`, what must fit), plus the blocks the caching allocator keeps from earlier
     micro-batches (`allocator_cache`, what is likely). `prompt_tokens`: see `micro_batch_tokens`."""
     actor, tp = config.actor, config.actor.tensor_parallel_size
-    state = training_state(config, shape.tensor_parallel_params(params, shape.root_params, tp), world,
-                           with_reference=with_reference, with_critic=with_critic, adapter_params=adapter_params,
-                           critic_params=shape.tensor_parallel_params(
-                               shape.value_params, shape.value_params - shape.layers * shape.layer_params, tp))
+    state = training_state(config, shape.tensor_parallel_params(params, tp), world, with_reference=with_reference,
+                           with_critic=with_critic, adapter_params=adapter_params,
+                           critic_params=shape.tensor_parallel_params(shape.value_params, tp))
     gathered = gathered_bytes(shape, 4 if actor.mixed_precision == "fp32" else 2, tp)
     tokens = micro_batch_tokens(config, world, prompt_tokens)
     activations = activation_bytes(shape, tokens, checkpointing=actor.gradient_checkpointing,
