@@ -32,8 +32,8 @@ def ranks_by_step_lines(rows: list) -> list[str]:
         if sum(len(values) >= 2 for values in samples.values()) < 2:
             continue
         ranking = rank_by_significance(samples)
-        cells = [f"{ranking.ranks[row.recipe]} ({sum(values) / len(values):.3f})"
-                 if ranking.ranks.get(row.recipe) and (values := samples[row.recipe]) else "—" for row in rows]
+        cells = [f"{rank} ({sum(samples[row.recipe]) / len(samples[row.recipe]):.3f})"
+                 if (rank := ranking.ranks.get(row.recipe)) else "—" for row in rows]  # rank 0: under two runs
         body.append(f"| {step} | {ranking.groups} | " + " | ".join(cells) + " |")
     if len(body) < 2:
         return []
