@@ -14,6 +14,7 @@ from core.data.batch import Batch
 from core.data.dataset import collate_prompts
 from core.reward.manager import place_on_last_token
 from core.rollout.base import concat_rollouts
+from core.tracking.run_export import DYNAMIC_SAMPLING_KEYS
 from recipes.dapo.trainer import DAPOTrainer
 
 N = 4  # samples per prompt
@@ -60,6 +61,7 @@ def test_dynamic_sampling_trains_only_on_groups_with_different_scores(fast_overr
             assert len(set(scores[rows].tolist())) > 1, "a group with all-equal scores reached update_policy"
         assert not {int(i) for i in batch["index"]} & reward.uniform_indices
     assert sum(m["dapo/num_gen_batches"] for m in logged if "dapo/num_gen_batches" in m) == reward.calls
+    assert all(set(DYNAMIC_SAMPLING_KEYS) <= m.keys() for m in logged if "dapo/num_gen_batches" in m)  # exported
     assert all(0 < m["dapo/kept_group_ratio"] <= 1 for m in logged if "dapo/kept_group_ratio" in m)
 
 
