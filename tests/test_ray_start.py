@@ -1,6 +1,7 @@
 """The Ray controller's start: its workers set up side by side, every phase is recorded with the first step,
 and a call ships each worker its own part of a batch, not the whole batch."""
 
+import os
 import pickle
 from types import SimpleNamespace
 
@@ -59,7 +60,8 @@ def test_generate_sends_each_worker_its_own_prompts(monkeypatch):
 def test_training_ranks_and_rollout_workers_set_up_side_by_side_and_the_start_is_logged(random_model_dir,
                                                                                         tmp_path):
     """Disaggregated, 2 training ranks and 1 rollout worker: the rollout worker's setup starts before the
-    training ranks' ends (it once waited for them), and the first step logs every phase."""
+    training ranks' ends (it once waited for them), every worker runs at nice 0, and the first step logs every
+    phase."""
     ray.shutdown()
     # address="local": a cluster of its own, not one already running on the host (ray.init would join that)
     ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
@@ -72,6 +74,9 @@ def test_training_ranks_and_rollout_workers_set_up_side_by_side_and_the_start_is
             "trainer.num_threads=1"]))
         windows = trainer.actor_rollout.setup_windows
         assert len(windows[ACTOR]) == 2 and len(windows["rollout"]) == 1
+        workers = trainer.actor_rollout.workers + trainer.actor_rollout.rollout_workers
+        niceness = ray.get([worker.__ray_call__.remote(lambda _: os.nice(0)) for worker in workers])
+        assert niceness == [0, 0, 0], niceness  # Ray's default would be 15 (ray_controller.WORKER_RUNTIME_ENV)
         assert windows["rollout"][0][0] < min(ended for _, ended in windows[ACTOR]), windows
         logged = []
         trainer.tracking.log_metrics = lambda metrics, step: logged.append((step, metrics))

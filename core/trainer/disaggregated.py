@@ -21,7 +21,14 @@ from core.data.batch import Batch
 from core.models.loading import load_tokenizer
 from core.models.random_init import build_causal_lm
 from core.rollout.base import SamplingParams, concat_rollouts, generate_rollout
-from core.trainer.ray_controller import ACTOR, RayWorkerGroup, contiguous_parts, kill_and_wait, rank_seeded
+from core.trainer.ray_controller import (
+    ACTOR,
+    WORKER_RUNTIME_ENV,
+    RayWorkerGroup,
+    contiguous_parts,
+    kill_and_wait,
+    rank_seeded,
+)
 from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
 from core.trainer.workers import build_rollout
@@ -73,7 +80,8 @@ class DisaggregatedGroup(RayWorkerGroup):
     def start_beside(self, config_container: dict, model_path: str) -> dict[str, tuple[list, tuple]]:
         """The rollout workers start their engines while the training ranks load their models."""
         count = self.sizes[ROLLOUT] = config_container["trainer"]["rollout_workers"]
-        self.rollout_workers = [RolloutWorker.options(num_cpus=1, num_gpus=self.gpus).remote() for _ in range(count)]
+        options = dict(num_cpus=1, num_gpus=self.gpus, runtime_env=WORKER_RUNTIME_ENV)
+        self.rollout_workers = [RolloutWorker.options(**options).remote() for _ in range(count)]
         return {ROLLOUT: (self.rollout_workers, (config_container, model_path, "cuda" if self.gpus else "cpu"))}
 
     def _join_weight_stream(self) -> None:

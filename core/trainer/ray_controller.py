@@ -35,6 +35,10 @@ from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 ACTOR, CRITIC = "actor_rollout", "critic"
 ENGINE_ATTR = {ACTOR: "actor", CRITIC: "engine"}  # each role's training engine, as checkpoints see it
 DEATH_GRACE_S = 10  # how long a failed call waits for its peers' calls, to tell a failure from a death
+# Ray starts its workers at nice 15 (its `worker_niceness`), torchrun its ranks at the launcher's: under any CPU
+# contention a worker's engine loop, kernel launches and host copies would yield to every other process. Workers
+# run at nice 0 instead, on a cluster started here or one joined (a runtime_env reaches either).
+WORKER_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 
 class WorkerDiedError(RuntimeError):
@@ -116,8 +120,8 @@ class RayWorkerGroup:
         # rollout engine (its own copy of the weights) run while the update does; the driver never sends two
         # training calls, or two generations, at once, and syncs weights only once generation has finished.
         threads = 2 if with_rollout and config.trainer.schedule != "sync" else 1
-        self.workers = [RankWorker.options(num_cpus=1, num_gpus=self.gpus, max_concurrency=threads).remote(
-            rank, num_workers) for rank in range(num_workers)]
+        options = dict(num_cpus=1, num_gpus=self.gpus, max_concurrency=threads, runtime_env=WORKER_RUNTIME_ENV)
+        self.workers = [RankWorker.options(**options).remote(rank, num_workers) for rank in range(num_workers)]
         try:
             self._start(config, model_path, with_reference, with_critic, with_rollout)
         except BaseException:
