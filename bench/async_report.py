@@ -104,8 +104,11 @@ def busy_cell(run: dict, busy: dict[str, float]) -> str:
                      for device, share in busy.items())
 
 
-def steps_cell(steps: list[int]) -> str:
-    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+def steps_cell(run: dict) -> str:
+    """The measured steps, and where the suite's --timeout-s stopped the run if it did (a key older jsons lack)."""
+    steps, stop = measured_steps(run), run.get("stopped_by_time_limit")
+    return (f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])) + \
+        (f" (stopped by the time limit {stop})" if stop else "")
 
 
 def staleness_cell(shares: dict[int, float]) -> str:
@@ -136,7 +139,7 @@ def folder_section(folder: Path, runs: list[dict]) -> list[str]:
     for run in runs:
         summary = summarise(run, sync_step_s)
         lines.append(table_row([
-            run["name"], run["schedule"], gpus_cell(run), steps_cell(measured_steps(run)), f"{summary['step_s']:.3g}",
+            run["name"], run["schedule"], gpus_cell(run), steps_cell(run), f"{summary['step_s']:.3g}",
             number_cell(summary["speed_up"], ".2f") + ("×" if summary["speed_up"] else ""),
             f"{summary['trained_tok_s_gpu']:.0f}", f"{summary['generated_tok_s_gpu']:.0f}",
             busy_cell(run, summary["busy"]), staleness_cell(summary["staleness"])]))

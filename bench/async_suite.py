@@ -16,6 +16,10 @@ goes through the script's dry run before the first run starts, so a bad setting 
 Writes <out>/<run>.json per run: its command, settings, wall time, every step's metrics (MLflow) and the run's
 timeline (core/trainer/timeline.py: who computed when). `python bench/async_report.py` turns them into
 results/async/README.md and results/async/timeline.png.
+
+At `--timeout-s` a run gets SIGTERM: it ends the step in flight and writes its timeline, or is killed after
+`--stop-grace-s`. Its json keeps the steps it made (`stopped_by_time_limit`: after which step), and the suite goes on
+with the next run. A run that fails, or that the limit stopped before its first step ended, stops the suite.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_memory import device_name, run_logged  # noqa: E402
-from scale_suite import ensure_data, model_dir, step_history  # noqa: E402
+from gpu_memory import device_name, log_tail, run_logged_until  # noqa: E402
+from scale_suite import ensure_data, model_dir, step_history, stop_note  # noqa: E402
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
 from core.trainer.schedule import SCHEDULES as SCHEDULE_CLASSES  # noqa: E402
@@ -66,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--work", default="/tmp/recipezoo-async", help="model dir, MLflow store, run dirs, logs")
     parser.add_argument("--out", required=True, help="a folder for one json per run, e.g. results/async/2gpu")
     parser.add_argument("--timeout-s", type=int, default=3600, help="per run")
+    parser.add_argument("--stop-grace-s", type=int, default=180,
+                        help="after --timeout-s, the seconds a run has to end its step and write its timeline "
+                             "(SIGTERM) before it is killed: one 8B step and the shutdown")
     parser.add_argument("--disaggregated-overrides", nargs="+", default=[], metavar="OVERRIDE",
                         help="config overrides for the async runs alone (after the overrides for every run), e.g. "
                              "actor.cpu_offload=true where one training GPU cannot hold the training state")
@@ -165,17 +172,26 @@ def preflight(setup: Setup, runs: list[dict]) -> None:
             raise SystemExit(f"async_suite: {run['name']}'s dry run refused its config: {' '.join(error)}")
 
 
-def run_one(setup: Setup, run: dict, timeout_s: float, device: str) -> dict:
+def run_one(setup: Setup, run: dict, args: argparse.Namespace, device: str) -> dict:
+    """Run `run` and read back what it measured. A run the time limit stopped after a step is kept, with where it
+    stopped; one stopped before its first step, or that failed, raises."""
     command, env = setup.command(run)
     print(f"[async] {run['name']}: {' '.join(command)}", flush=True)
-    wall, memory = run_logged(run["name"], command, setup.work / "logs" / f"{run['name']}.log", cwd=ROOT,
-                              timeout_s=timeout_s, env=env)
-    timeline = json.loads((setup.work / "outputs" / run["name"] / TIMELINE).read_text())
+    log, timeline_path = setup.work / "logs" / f"{run['name']}.log", setup.work / "outputs" / run["name"] / TIMELINE
+    timeline_path.unlink(missing_ok=True)  # an earlier suite's, in the same --work: not this run's steps
+    wall, memory, stopped = run_logged_until(run["name"], command, log, cwd=ROOT, timeout_s=args.timeout_s, env=env,
+                                             grace_s=args.stop_grace_s)
+    if stopped and not timeline_path.exists():
+        raise RuntimeError(f"{run['name']} ran past its {args.timeout_s} s limit before its first step ended; "
+                           f"log {log}:\n" + log_tail(log))
+    timeline = json.loads(timeline_path.read_text())
     history = step_history(setup.store, run["name"], EXPERIMENT)
-    print(f"[async] {run['name']}: {len(history)} steps in {wall:.0f} s", flush=True)
+    stop = stop_note(max(step["step"] for step in timeline["steps"]), args.steps) if stopped else None
+    print(f"[async] {run['name']}: {len(history)} steps in {wall:.0f} s"
+          + (f" (stopped by --timeout-s {stop})" if stop else ""), flush=True)
     return {**run, **setup.invocation, "model": setup.model,
             "device": device, "commit": git_commit(ROOT), "command": f"NGPUS={env['NGPUS']} " + " ".join(command),
-            "wall_s": wall, "peak_memory_gib": memory.peaks_gib(),
+            "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "stopped_by_time_limit": stop,
             "steps": {str(step): history[step] for step in sorted(history)}, "timeline": timeline}
 
 
@@ -194,7 +210,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for run in runs:
         path = out / f"{run['name']}.json"
-        result = run_one(setup, run, args.timeout_s, device_name() if visible else f"CPU ({os.cpu_count()} cores)")
+        result = run_one(setup, run, args, device_name() if visible else f"CPU ({os.cpu_count()} cores)")
         path.write_text(json.dumps(result, indent=1) + "\n")
         print(f"[async] wrote {path}", flush=True)
     return 0

@@ -14,6 +14,7 @@
 #       actor.expandable_segments=true
 # On a CPU (the embedded tiny model):  bash bench/async_suite.sh --controller local --prompts 8 --n 4 \
 #   --response-length 32 --steps 6 --out results/async/cpu_tiny
+# A run that reaches --timeout-s ends its step on SIGTERM (or is killed after --stop-grace-s) and keeps its steps.
 # Usage: bash bench/async_suite.sh [--model M] [--splits 1+1 ...] [--prompts P] [--n N] [--steps S] [overrides]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 """bench/async_suite.py and bench/async_report.py: the suite runs sync and one_step_off on the tiny model and
-each run's json holds its timeline; the report's arithmetic on made-up runs, by hand; what the suite refuses
-before anything runs."""
+each run's json holds its timeline; a run the time limit stops keeps its steps; the report's arithmetic on made-up
+runs, by hand; what the suite refuses before anything runs."""
 
 import sys
 from pathlib import Path
@@ -33,6 +33,36 @@ def test_the_suite_runs_sync_and_one_step_off_and_the_report_reads_them(tmp_path
     page = (tmp_path / "results" / "README.md").read_text()
     assert "| sync | sync | 1 (colocated) | 2 |" in page and "| one_step_off | one_step_off |" in page
     assert (tmp_path / "results" / "timeline.png").stat().st_size > 0
+
+
+def test_a_run_the_time_limit_stops_keeps_the_steps_it_made(tmp_path, capsys):
+    """The tiny run reaches its first step about 7 s after it starts on 2 cores (25 s leave room for a slower CI
+    machine), and cannot make 10000 steps in 25 s: SIGTERM at the limit ends it at a step boundary, and its json
+    holds the steps it made."""
+    out = tmp_path / "results" / "cpu_tiny"
+    args = [*TINY, "--steps", "10000", "--timeout-s", "25", "--stop-grace-s", "30", "--schedules", "sync"]
+    assert async_suite.main([*args, "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    run = async_report.load_folders(tmp_path / "results")[out][0]
+    last = max(step["step"] for step in run["timeline"]["steps"])
+    assert run["stopped_by_time_limit"] == f"after step {last} of 10000" and last >= 1
+    assert f"[async] sync: {last} steps in" in capsys.readouterr().out
+    assert sorted(map(int, run["steps"])) == list(range(1, last + 1))  # MLflow holds the same steps
+    assert async_report.main(["--results", str(tmp_path / "results")]) == 0
+    assert f" (stopped by the time limit after step {last} of 10000) |" in (tmp_path / "results" / "README.md").read_text()
+
+
+def test_a_run_the_time_limit_stops_before_its_first_step_stops_the_suite(monkeypatch, tmp_path):
+    args = async_suite.parse_args([*TINY, "--timeout-s", "5", "--work", str(tmp_path), "--out", str(tmp_path / "out")])
+    setup = async_suite.Setup(args, tmp_path, [])
+    stale = tmp_path / "outputs" / "sync" / "timeline.json"  # an earlier suite's run of the same name
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "sync.log").write_text("building the model\n")
+    monkeypatch.setattr(async_suite, "run_logged_until", lambda *args, **kwargs: (5.0, None, True))
+    with pytest.raises(RuntimeError, match="sync ran past its 5 s limit before its first step ended; log .*\n"
+                                           "building the model"):
+        async_suite.run_one(setup, async_suite.plan_runs(args, 1)[0], args, "CPU")
 
 
 def span(role, stage, start, end, *devices):
@@ -76,6 +106,16 @@ def test_the_report_arithmetic_by_hand():
     assert fast["staleness"] == {0: 0.25, 1: 0.75}
     assert async_report.busy_cell(ASYNC, fast["busy"]) == "cuda:0 train 80%, cuda:1 rollout 100%"
     assert async_report.staleness_cell(fast["staleness"]) == "0: 25%, 1: 75%"
+
+
+def test_a_run_the_time_limit_stopped_is_measured_on_its_steps_and_says_so():
+    """ASYNC stopped after its step 3 of 4: its steady steps end at 3 − 1 = 2, and its row says where it stopped."""
+    stopped = {**ASYNC, "stopped_by_time_limit": "after step 3 of 4",
+               "timeline": {**ASYNC["timeline"], "steps": ASYNC["timeline"]["steps"][:3]}}
+    assert async_report.measured_steps(stopped) == [2]
+    assert async_report.steps_cell(stopped) == "2 (stopped by the time limit after step 3 of 4)"
+    assert async_report.steps_cell({**SYNC, "stopped_by_time_limit": None}) == "2-3"
+    assert async_report.steps_cell(SYNC) == "2-3"  # the jsons of suites before the key
 
 
 def test_a_split_the_node_cannot_hold_is_refused_before_anything_runs(monkeypatch, tmp_path):

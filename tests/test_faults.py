@@ -9,6 +9,7 @@ private mount namespace: skipped, with the reason, where the machine allows none
 2-layer model of conftest and a few steps: the whole file takes about two minutes on 2 cores.
 """
 
+import json
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ from core.trainer.guards import STEPS_IN_A_ROW, StepGuard
 from core.trainer.resume import plan_resume
 from core.trainer.run_dir import LOCK_NAME, claimed_run_dirs
 from core.trainer.stops import Interrupted
+from core.trainer.timeline import FILENAME as TIMELINE
 from recipes.grpo.trainer import GRPOTrainer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -215,6 +217,18 @@ def test_a_stopping_run_leaves_its_engine_alone_after_the_signal(random_model_di
     used = sys.modules["fault_trainers"].TermDuringStep2.engine_used_at
     assert ("sync_weights", 1) in used and ("validate", 1) in used  # before the signal, as always
     assert not [use for use in used if use[1] >= 2], used
+
+
+def test_a_run_stopped_by_a_signal_keeps_the_timeline_of_the_steps_it_made(random_model_dir, tmp_path, capsys):
+    """bench/async_suite.py's time limit stops a run with SIGTERM and reads the steps it made from its timeline,
+    which the end of `fit` alone used to write."""
+    trainers = write_trainer(tmp_path, SIGNALLED_TRAINERS)
+    args = run_args(random_model_dir, tmp_path, "trainer.total_steps=3", "tracking.backends=[console]",
+                    f"trainer.cls={trainers}:TermDuringStep2")
+    assert train(args) == 143
+    timeline = json.loads((tmp_path / "out" / TIMELINE).read_text())
+    assert [step["step"] for step in timeline["steps"]] == [1, 2]
+    assert {span["step"] for span in timeline["spans"] if span["stage"] == "update_actor"} == {1, 2}
 
 
 def test_ctrl_c_under_ray_saves_the_step_and_stops_the_workers(random_model_dir, tmp_path):

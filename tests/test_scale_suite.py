@@ -102,6 +102,51 @@ def test_the_time_limit_kills_a_grandchild_that_started_a_session_of_its_own(tmp
             os.kill(rank_pid, signal.SIGKILL)
 
 
+NOTES_SIGTERM = ("import pathlib, signal, sys, time\n"  # a process that touches the file argv[1] on SIGTERM, and goes on
+                 "signal.signal(signal.SIGTERM, lambda *_: pathlib.Path(sys.argv[1]).touch())\ntime.sleep(300)")
+GRACEFUL_RUN = """
+import pathlib, signal, subprocess, sys, time
+
+# As vLLM's engine (in the run's process group, noting SIGTERM) and a torchrun rank (in a session of its own).
+children = [subprocess.Popen([sys.executable, "-c", sys.argv[1], "engine.term"]),
+            subprocess.Popen(["sleep", "300"], start_new_session=True)]
+pathlib.Path("children").write_text(" ".join(str(child.pid) for child in children))
+
+
+def stop(*_):
+    pathlib.Path("stopped").write_text("at the step boundary")
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, stop)
+time.sleep(300)
+"""
+
+
+def test_a_grace_lets_the_run_stop_on_sigterm_and_still_kills_what_it_left(tmp_path):
+    """The trainer writes its timeline on SIGTERM: the run gets it, its engine does not, and the children it
+    leaves behind when it exits (now init's, out of its tree) are killed all the same."""
+    from gpu_memory import run_logged_until
+
+    (tmp_path / "run.py").write_text(GRACEFUL_RUN)
+    wall, _, stopped = run_logged_until("graceful", [sys.executable, "run.py", NOTES_SIGTERM], tmp_path / "run.log",
+                                        cwd=tmp_path, timeout_s=3, grace_s=30)
+    assert stopped and 3 <= wall < 15, (wall, (tmp_path / "run.log").read_text())
+    assert (tmp_path / "stopped").read_text() == "at the step boundary"
+    assert not (tmp_path / "engine.term").exists()  # SIGTERM went to the run alone, not its process group
+    for pid in map(int, (tmp_path / "children").read_text().split()):
+        assert _dead_within(pid, seconds=5), f"pid {pid} outlived the run"
+
+
+def test_a_run_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    from gpu_memory import run_logged_until
+
+    wall, _, stopped = run_logged_until("deaf", [sys.executable, "-c", NOTES_SIGTERM, "term"], tmp_path / "deaf.log",
+                                        cwd=tmp_path, timeout_s=3, grace_s=2)
+    assert stopped and (tmp_path / "term").exists()  # it had SIGTERM, went on, and was killed: the call returned
+    assert 5 <= wall < 15
+
+
 def _dead_within(pid: int, seconds: float) -> bool:
     """Whether `pid` is gone or a zombie within `seconds`: a killed orphan waits for init (or a subreaper) to
     reap it, and a zombie still answers kill(pid, 0)."""

@@ -275,12 +275,16 @@ class BaseTrainer:
     # ---- stopping on a signal -----------------------------------------------------------------
     def stop_if_signalled(self, request: StopRequest, last_step: int) -> None:
         """At a step boundary, on every rank at once: a SIGTERM/SIGINT received during the step ends the
-        run here, after saving the steps trained since the last checkpoint (`trainer.save_on_signal`)."""
+        run here, after writing its timeline and saving the steps trained since the last checkpoint
+        (`trainer.save_on_signal`)."""
         signum = request.agreed(self.world)
         if signum is None:
             return
         if last_step == 0:
             raise Interrupted(signum, "before step 1; nothing was trained")
+        # The steps made keep their spans (a time-limited benchmark reads them): first, before a save that may
+        # outlast the caller's patience. Every rank is here together, which the write's gather needs.
+        self.timeline.write(self.tracking, self.world, self.config.trainer.output_dir)
         trainer, saved_step = self.config.trainer, self.last_saved[0] if self.last_saved else 0
         if trainer.save_on_signal and trainer.save_freq and saved_step < last_step:
             self.save_checkpoint(last_step)

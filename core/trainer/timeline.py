@@ -1,5 +1,6 @@
 """Who computes when: each step's spans (stage, start, end, devices), per role, written as the run's
-`timeline.json` (its output dir, and an MLflow artifact when MLflow is on) once the run ends.
+`timeline.json` (its output dir, and an MLflow artifact when MLflow is on) once the run ends, or stops on a
+signal at a step boundary.
 
 The stage timers (`timing_s/*`) say how long each stage took but not what ran beside what: under
 `one_step_off` and `async` the rollout engine generates the next batch while the trainer updates on this
