@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 from results_page import load_results, number_cell, pyplot, save_plot, stacked_barh, table_header, table_row
+from scale_suite import PROMPTS_PER_GPU
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGE_ORDER = ("gen", "old_log_prob", "values", "adv", "update_critic", "update_actor", "sync_weights")
@@ -20,6 +21,7 @@ DEVICES = ("H100 80GB", "H200 141GB")  # the plan's devices, in bench/scale_plan
 SCALING_TARGET = 0.85  # tokens/s per GPU at 8 GPUs over at 2
 STEP_TARGET_S = {"dapo": 45.0}  # a recipe's step-time target on 2 GPUs at the scaled settings
 MFU_TARGET = 0.45  # the update's MFU inside a full run
+COVERAGE = ((2, "torchrun"), (2, "ray"), (4, "torchrun"), (4, "ray"))  # the table each recipe should have: GPUs, controller
 
 
 def table(results: list[dict]) -> list[str]:
@@ -52,6 +54,22 @@ def step_cell(result: dict) -> str:
         cell = (f"step 1 only: {first['timing_s/step']:.1f} ("
                 + ", ".join(f"{name} {seconds:.1f}" for name, seconds in stages[:3]) + ")")
     return cell + (f" (stopped by the time limit {stop})" if stop else "")
+
+
+def coverage(results: list[dict]) -> list[str]:
+    """Which of each recipe's GPU counts and controllers have a measured run: how many, and the fastest steady step
+    (or `step 1 only`, or `–` for none), so the rows still missing read at a glance."""
+    lines = ["", "Which rows exist: runs per recipe, GPU count and controller, with the fastest steady step among them.",
+             "", *table_header("recipe", *(f"{gpus} GPUs, {controller}" for gpus, controller in COVERAGE))]
+    for recipe in sorted(PROMPTS_PER_GPU):
+        cells = []
+        for gpus, controller in COVERAGE:
+            runs = [r for r in results if (r["recipe"], r["gpus"], r["controller"]) == (recipe, gpus, controller)]
+            steps = [r["median_step_s"] for r in runs if r["median_step_s"] is not None]
+            best = f"{min(steps):.1f} s" if steps else "step 1 only"
+            cells.append(f"{len(runs)} run{'s' * (len(runs) > 1)}, {best}" if runs else "–")
+        lines.append(table_row([recipe, *cells]))
+    return lines
 
 
 def plot(results: list[dict], out: Path) -> None:
@@ -237,7 +255,8 @@ def build_readme(folder: Path, published_path: Path = PUBLISHED) -> str:
              "time to the first step (under Ray: the cluster, its workers, then each role's loads and the engines), "
              "each phase in the json's `start_s`.", ""]
     lines += table(results) if results else ["No results yet: run `bash bench/scale_suite.sh` on a GPU node."]
-    lines += ["", "Each json holds the exact command, the commit and every step's metrics."] + scaling(results)
+    lines += ["", "Each json holds the exact command, the commit and every step's metrics."] + coverage(results)
+    lines += scaling(results)
     lines += step_targets(results)
     if results:
         plot(results, folder / "scale.png")

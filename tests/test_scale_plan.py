@@ -272,6 +272,19 @@ def test_report_scaling_compares_8_with_2_gpus():
     assert scaling([run(2, 1000.0, 2000.0)]) == []
 
 
+def test_report_coverage_counts_runs_and_names_the_missing_cells():
+    from scale_report import coverage
+
+    def run(recipe, gpus, controller, step_s):
+        return {"recipe": recipe, "gpus": gpus, "controller": controller, "median_step_s": step_s}
+
+    lines = coverage([run("grpo", 2, "torchrun", 45.5), run("grpo", 2, "torchrun", 46.1), run("grpo", 2, "ray", None),
+                      run("dapo", 4, "ray", 70.04)])
+    assert "| grpo | 2 runs, 45.5 s | 1 run, step 1 only | – | – |" in lines
+    assert "| dapo | – | – | – | 1 run, 70.0 s |" in lines
+    assert "| ppo | – | – | – | – |" in lines
+
+
 def test_plan_json_needs_dry_run(capsys):
     from core.cli import main
 
