@@ -148,12 +148,14 @@ def test_speed_up_and_the_sync_interval_by_hand(tmp_path):
     assert off.speedup == pytest.approx(1.65) and tis.speedup == pytest.approx(2.2)  # 330 / 200, 330 / 150
     assert off.within_sync_interval is True and tis.within_sync_interval is False  # 0.43 inside, 0.31 below 0.370
     markdown = "\n".join(schedule_lines(section.rows, section.columns, "gsm8k_leaderboard/schedules.png"))
-    assert "| grpo-one_step_off | one_step_off | 3 | 0.430 ± 0.020 [0.380, 0.480] | yes | 1 | 200 ± 10 | 1.65× |" in markdown
-    assert "| grpo-one_step_off-tis | one_step_off, tis | 3 | 0.310 ± 0.010 [0.285, 0.335] | no | 1 | 150 ± 10 | 2.20× |" \
-        in markdown
+    # s/step: 25 steps each, 200 / 25 = 8.00 ± 10 / 25 = 0.40
+    assert ("| grpo-one_step_off | one_step_off | 3 | 0.430 ± 0.020 [0.380, 0.480] | yes | 1 | 200 ± 10 | 8.00 ± 0.40 "
+            "| 1.65× |") in markdown
+    assert ("| grpo-one_step_off-tis | one_step_off, tis | 3 | 0.310 ± 0.010 [0.285, 0.335] | no | 1 | 150 ± 10 | "
+            "6.00 ± 0.40 | 2.20× |") in markdown
     assert ("- grpo-one_step_off against grpo: openai/gsm8k mean@1 (strict) 0.430, within grpo's 95% interval "
-            "[0.370, 0.470]; 1.65× the speed (200 ± 10 s against 330 ± 30 s): the claim (same accuracy, ≥ 1.6× less "
-            "wall-clock per GPU) holds.") in markdown
+            "[0.370, 0.470]; 1.65× the speed (8.00 ± 0.40 s a step against 13.20 ± 1.20 s): the claim (same "
+            "accuracy, ≥ 1.6× less wall-clock per GPU) holds.") in markdown
     assert "- grpo-one_step_off-tis against grpo: openai/gsm8k mean@1 (strict) 0.310, outside" in markdown
     assert markdown.count("does not hold") == 1
     records = json.loads(render_json(build_leaderboard(schedule_export()), "runs.json"))
@@ -165,6 +167,18 @@ def test_speed_up_and_the_sync_interval_by_hand(tmp_path):
     assert tis.speedup == pytest.approx(1.1)
     (plot,) = write_schedule_plots(section, tmp_path)
     assert plot == tmp_path / "gsm8k_leaderboard" / "schedules.png" and plot.stat().st_size > 0
+
+
+def test_a_run_stopped_early_counts_by_its_seconds_a_step():
+    """A time budget stopped every one_step_off run after 20 of 25 steps: its wall-clock is shorter, not its speed."""
+    export = schedule_export()
+    for run in export["runs"]:
+        if run["recipe"] == "grpo-one_step_off":
+            run["step_clock"] = run["step_clock"][:20]  # 20 steps in 200 · 20/25 = 160 s (seed 1): 8 s a step
+    section = build_leaderboard(export).before_after
+    off = {row.recipe: row for row in schedule_rows(section.rows, section.columns)}["grpo-one_step_off"]
+    assert off.wall.mean == pytest.approx(160)  # the wall-clock ratio would say 330 / 160 = 2.06x
+    assert off.speedup == pytest.approx(1.65)   # 13.2 s a step (330 / 25) over 8.0 (160 / 20)
 
 
 def test_one_schedule_adds_nothing_to_the_section():

@@ -6,7 +6,8 @@ of a schedule comparison is the recipe's ordinary row and every existing table r
 back from the runs' params (trainer.schedule, algorithm.rollout_correction.mode, ...), never from the name.
 
 When one model's rows hold several schedules, the section gets a table of them: each row's wall-clock seconds to
-finish its steps (mean ± std over seeds), the speed-up of its mean against its sync row's, and whether its accuracy
+finish its steps and seconds a step (mean ± std over seeds), the speed-up of its seconds a step against its sync
+row's (a run its time budget stopped made fewer steps than the others), and whether its accuracy
 (the suite mean, else the first column) lies within the sync row's 95% t-interval; one line per row states the
 claim "same accuracy at ≥ CLAIMED_SPEEDUP× less wall-clock than sync" as held or not; and a figure plots training
 reward against step and against wall-clock seconds.
@@ -81,15 +82,17 @@ class ScheduleRow:
     schedule: RunSchedule
     accuracy: SeedStats | None       # the suite mean, else the section's first column, over seeds
     wall: SeedStats | None           # seconds to finish the steps, over seeds
+    step_wall: SeedStats | None      # those seconds over the steps made, over seeds
     sync: ScheduleRow | None = None  # the same recipe's sync row, when the section has one
 
     @property
     def speedup(self) -> float | None:
-        """The sync row's mean GPU-seconds (wall-clock × the GPUs a job holds) over this row's: > 1 is faster. Where
-        both hold one GPU it is the wall-clock ratio; a disaggregated row gets no credit for its extra GPUs."""
-        if self.sync is None or self.wall is None or self.sync.wall is None or self.wall.mean <= 0:
+        """The sync row's mean GPU-seconds a step (wall-clock over the steps made × the GPUs a job holds) over this
+        row's: > 1 is faster. Where both hold one GPU and made the same steps it is the wall-clock ratio; a run its
+        time budget stopped counts by the steps it made; a disaggregated row gets no credit for its extra GPUs."""
+        if self.sync is None or self.step_wall is None or self.sync.step_wall is None or self.step_wall.mean <= 0:
             return None
-        return (self.sync.wall.mean * self.sync.schedule.gpus) / (self.wall.mean * self.schedule.gpus)
+        return (self.sync.step_wall.mean * self.sync.schedule.gpus) / (self.step_wall.mean * self.schedule.gpus)
 
     @property
     def within_sync_interval(self) -> bool | None:
@@ -113,6 +116,12 @@ def run_wall_seconds(run: dict) -> float | None:
     return clock[-1][1] if clock else None
 
 
+def run_step_seconds(run: dict) -> float | None:
+    """run_wall_seconds over the steps the run made (None: exported without step_clock)."""
+    clock = run.get("step_clock")
+    return clock[-1][1] / clock[-1][0] if clock else None
+
+
 def schedule_rows(rows: list, columns: list) -> list[ScheduleRow]:
     """One model's rows (before_after.RecipeRow) as ScheduleRows, when they hold more than one schedule; else []."""
     suite = suite_columns(columns)
@@ -128,7 +137,9 @@ def schedule_rows(rows: list, columns: list) -> list[ScheduleRow]:
         base = row.recipe[:-len(suffix)] if suffix and row.recipe.endswith(suffix) else row.recipe
         accuracy = suite_stats(row, suite) if suite else row.after(columns[0]) if columns else None
         walls = tuple(wall for run in runs if (wall := run_wall_seconds(run)) is not None)
-        found.append(ScheduleRow(row.recipe, base, schedule, accuracy, SeedStats(walls) if walls else None))
+        steps = tuple(seconds for run in runs if (seconds := run_step_seconds(run)) is not None)
+        found.append(ScheduleRow(row.recipe, base, schedule, accuracy, SeedStats(walls) if walls else None,
+                                 SeedStats(steps) if steps else None))
     if len({row.schedule for row in found}) < 2:
         return []
     syncs = {row.base: row for row in found if row.schedule == RunSchedule()}
@@ -137,10 +148,10 @@ def schedule_rows(rows: list, columns: list) -> list[ScheduleRow]:
     return sorted(found, key=lambda row: (row.base, row.schedule != RunSchedule(), row.recipe))
 
 
-def _wall_text(stats: SeedStats | None) -> str:
+def _wall_text(stats: SeedStats | None, digits: int = 0) -> str:
     if stats is None:
         return "—"
-    return f"{stats.mean:.0f}" + ("" if stats.std is None else f" ± {stats.std:.0f}")
+    return f"{stats.mean:.{digits}f}" + ("" if stats.std is None else f" ± {stats.std:.{digits}f}")
 
 
 def claim_line(row: ScheduleRow, measure: str) -> str:
@@ -153,9 +164,9 @@ def claim_line(row: ScheduleRow, measure: str) -> str:
     low, high = row.sync.accuracy.interval
     same = "within" if row.within_sync_interval else "outside"
     return (f"- {row.recipe} against {row.base}: {measure} {row.accuracy.mean:.3f}, {same} {row.base}'s 95% interval "
-            f"[{low:.3f}, {high:.3f}]; {row.speedup:.2f}× the speed ({_wall_text(row.wall)} s{_on(row)} against "
-            f"{_wall_text(row.sync.wall)} s{_on(row.sync)}): the claim (same accuracy, ≥ {CLAIMED_SPEEDUP}× less "
-            f"wall-clock per GPU) {'holds' if row.claim_holds else 'does not hold'}.")
+            f"[{low:.3f}, {high:.3f}]; {row.speedup:.2f}× the speed ({_wall_text(row.step_wall, 2)} s a step{_on(row)} "
+            f"against {_wall_text(row.sync.step_wall, 2)} s{_on(row.sync)}): the claim (same accuracy, "
+            f"≥ {CLAIMED_SPEEDUP}× less wall-clock per GPU) {'holds' if row.claim_holds else 'does not hold'}.")
 
 
 def _on(row: ScheduleRow) -> str:
@@ -170,19 +181,21 @@ def schedule_lines(rows: list, columns: list, plot: str | None = None) -> list[s
         return []
     measure = SUITE_MEAN if suite_columns(columns) else columns[0].name if columns else "accuracy"
     lines = ["", "### Schedules at equal cost", "",
-             f"Every row draws the same prompts and samples per step for the same steps. *{measure}*: after training, "
+             f"Every row draws the same prompts and samples per step for the same steps (fewer where a time budget "
+             f"stopped a run: the section's *steps* column). *{measure}*: after training, "
              "mean ± std [95% t-interval] over seeds. *wall-clock s*: from the first step's start to the last step's "
-             "end (model load and engine start left out; validations in), mean ± std over seeds. *GPUs*: a job's. "
-             "*speed-up*: the sync row's mean GPU-seconds (wall-clock × GPUs) over this row's: the wall-clock ratio "
-             "where both rows hold one GPU. *within sync's 95%*: this row's mean inside the sync row's "
-             "interval.", "",
-             f"| recipe | schedule | seeds | {measure} | within sync's 95% | GPUs | wall-clock s | speed-up |",
-             "|---|---|---:|---:|---|---:|---:|---:|"]
+             "end (model load and engine start left out; validations in), mean ± std over seeds; *s/step*: that over "
+             "the steps made. *GPUs*: a job's. *speed-up*: the sync row's mean GPU-seconds a step (s/step × GPUs) "
+             "over this row's: the wall-clock ratio where both rows hold one GPU and made the same steps. *within "
+             "sync's 95%*: this row's mean inside the sync row's interval.", "",
+             f"| recipe | schedule | seeds | {measure} | within sync's 95% | GPUs | wall-clock s | s/step | speed-up |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|"]
     for row in found:
         within = "—" if row.within_sync_interval is None else "yes" if row.within_sync_interval else "no"
         cells = [row.recipe, row.schedule.label(), len(row.accuracy.values) if row.accuracy else 0,
                  row.accuracy.text() if row.accuracy else "—", within if row.sync else "(sync)", row.schedule.gpus,
-                 _wall_text(row.wall), "—" if row.speedup is None else f"{row.speedup:.2f}×"]
+                 _wall_text(row.wall), _wall_text(row.step_wall, 2),
+                 "—" if row.speedup is None else f"{row.speedup:.2f}×"]
         lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |")
     lines += [""] + [claim_line(row, measure) for row in found if row.schedule != RunSchedule()]
     if plot:
@@ -195,6 +208,7 @@ def schedule_records(rows: list, columns: list) -> list[dict]:
     return [{"recipe": row.recipe, "base": row.base, "schedule": row.schedule.label(),
              "accuracy": row.accuracy.record() if row.accuracy else None,
              "wall_seconds": row.wall.record() if row.wall else None,
+             "step_seconds": row.step_wall.record() if row.step_wall else None,
              "speedup": None if row.speedup is None else round(row.speedup, 6),
              "within_sync_interval": row.within_sync_interval, "claim_holds": row.claim_holds}
             for row in schedule_rows(rows, columns)]
