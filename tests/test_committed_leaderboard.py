@@ -13,6 +13,7 @@ RESULTS = REPO / "results"
 BOARDS = ["results", "results/sglang_gsm8k", "results/gsm8k_grpo_long", "results/reasoning_gym",
           "results/reasoning_gym_long/reasoning_gym", "results/reasoning_gym_open",
           "results/reasoning_gym_open_long/reasoning_gym_open", "results/reasoning_gym_open_80/reasoning_gym_open",
+          "results/reasoning_gym_open_160/reasoning_gym_open", "results/reasoning_gym_open_schedules/reasoning_gym_open",
           "results/reasoning_gym_open_coder/reasoning_gym_open",
           "results/reasoning_gym_open_coder_lr2e-5/reasoning_gym_open", "results/tool_use"]
 
