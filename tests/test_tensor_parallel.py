@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,9 +67,21 @@ def test_world_size_not_divisible_by_tp_size_is_refused():
 
 
 def test_grpo_step_with_actor_tensor_parallel_2_equals_one_process(fast_overrides, random_model_dir, tmp_path):
-    """actor.tensor_parallel_size=2 through the trainer: torchrun, 2 ranks in one dp group."""
+    """actor.tensor_parallel_size=2 through the trainer: torchrun, 2 ranks in one dp group, each generating half the
+    prompts (core/trainer/tp_generation.py). The one process generates the same two halves with the same seeds, one
+    after the other, so the step's batch and so its weights must match."""
     from core.config import load_config
+    from core.rollout.base import concat_rollouts
+    from core.trainer.tp_generation import prompt_shares, share_params
     from recipes.grpo.trainer import GRPOTrainer
+
+    class HalvesInOneProcess(GRPOTrainer):
+        def generate(self, prompts, params=None):
+            prompts.non_tensors["uid"] = np.array([f"{i}" for i in prompts["index"]], dtype=object)
+            params = params or self.sampling_params()
+            halves = [self.actor_rollout.generate(prompts.select(rows), share_params(params, 2, rank))
+                      for rank, rows in enumerate(prompt_shares(prompts, 2))]
+            return concat_rollouts(halves, self.tokenizer.pad_token_id)
 
     reward = tmp_path / "varied_reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
@@ -81,7 +94,7 @@ def test_grpo_step_with_actor_tensor_parallel_2_equals_one_process(fast_override
          "--recipe", "grpo", *common, "actor.tensor_parallel_size=2", f"trainer.output_dir={tmp_path}/tp"],
         env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    GRPOTrainer(load_config("grpo", common + [f"trainer.output_dir={tmp_path}/one"])).fit()
+    HalvesInOneProcess(load_config("grpo", common + [f"trainer.output_dir={tmp_path}/one"])).fit()
     got = torch.load(tmp_path / "tp/checkpoints/global_step_1/actor/model.pt", weights_only=True)
     expected = torch.load(tmp_path / "one/checkpoints/global_step_1/actor/model.pt", weights_only=True)
     assert got.keys() == expected.keys()

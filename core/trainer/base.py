@@ -37,6 +37,7 @@ from core.trainer.start_record import PREFIX as START_PREFIX
 from core.trainer.start_record import start_line, start_phase
 from core.trainer.stops import Interrupted, RunHalted
 from core.trainer.timeline import WEIGHT_SYNC, Timeline
+from core.trainer.tp_generation import TensorParallelGeneration
 from core.trainer.validation import validate
 from core.trainer.workers import mini_batch_rows
 
@@ -53,6 +54,9 @@ class BaseTrainer:
         self.actor_rollout, self.critic = parts.actor_rollout, parts.critic
         self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
         self.schedule = SCHEDULES[config.trainer.schedule](self)  # which weights generate a step's rollouts
+        # Under tensor parallelism each rank of a tp group generates its share of the group's prompts.
+        self.tp_generation = TensorParallelGeneration(self.world, self.tokenizer.pad_token_id) \
+            if TensorParallelGeneration.applies(self.world, config.trainer.schedule) else None
         self.tracking = parts.tracking
         self.timeline = Timeline(self.world, self.actor_rollout)  # who computes when, per step (timeline.py)
         self.resume_from = parts.resume_from
@@ -135,7 +139,10 @@ class BaseTrainer:
         sampling by default; partial rollouts (core/rollout/partial.py) pass a shorter token budget, and
         the async schedule's streamed parts a seed of their own."""
         prompts.non_tensors["uid"] = np.array([f"{i}" for i in prompts["index"]], dtype=object)
-        return self.actor_rollout.generate(prompts, params or self.sampling_params())
+        params = params or self.sampling_params()
+        if self.tp_generation is not None:
+            return self.tp_generation.generate(self.actor_rollout.generate, prompts, params)
+        return self.actor_rollout.generate(prompts, params)
 
     def compute_rewards(self, batch: Batch) -> Batch:
         scores, info = self.reward_manager(batch)
@@ -312,7 +319,8 @@ class BaseTrainer:
         if validation:
             return SamplingParams(n=r.val_n, temperature=r.val_temperature, top_p=r.top_p, top_k=r.top_k,
                                   max_new_tokens=self.config.data.max_response_length, log_probs=False)
-        # A distinct, reproducible seed per (run seed, data position, dp rank): tp ranks sample alike.
+        # A distinct, reproducible seed per (run seed, data position, dp rank); a tp group's ranks share it, and
+        # under sync each generates its share of the prompts from it (tp_generation.py).
         seed = self.config.trainer.seed * 1_000_003 + step * 97 + self.world.dp_rank if r.seed_each_call else None
         return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                               max_new_tokens=self.config.data.max_response_length, seed=seed,
