@@ -1,15 +1,18 @@
-"""A tp group's generation split over its ranks (core/trainer/tp_generation.py). The trainer-level check, a GRPO
-step at actor.tensor_parallel_size=2 against one process generating the same halves, is in test_tensor_parallel.py."""
+"""A tp group's generation split over its ranks (core/trainer/tp_generation.py), and its validation
+(core/trainer/validation.py). The trainer-level check, a GRPO step at actor.tensor_parallel_size=2 against one process
+generating the same halves, is in test_tensor_parallel.py."""
 
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from core.data.batch import Batch
 from core.rollout.base import SamplingParams, split_greedy_baselines
 from core.trainer.tp_generation import TensorParallelGeneration, prompt_shares, share_params
+from core.trainer.validation import call_rows
 from tests.helpers_dist import run_script
 
 SCRIPT = Path(__file__).parent / "dist" / "tp_generation_check.py"
@@ -39,6 +42,16 @@ def test_split_only_under_tensor_parallelism_and_the_sync_schedule():
     assert not TensorParallelGeneration.applies(SimpleNamespace(mesh={"tp": SimpleNamespace(size=lambda: 1)}), "sync")
 
 
+def test_validation_calls_are_as_many_on_every_rank():
+    # 257 prompts over 2 ranks: 129 and 128; the first needs 2 calls of at most 128, so the second splits its last
+    assert [len(rows) for rows in call_rows(129, 257, 2, 128)] == [128, 1]
+    assert [len(rows) for rows in call_rows(128, 257, 2, 128)] == [64, 64]
+    # otherwise consecutive calls of 128, as one rank makes them: 700 prompts over 2 ranks
+    assert [len(rows) for rows in call_rows(350, 700, 2, 128)] == [128, 128, 94]
+    assert [rows.tolist() for rows in call_rows(3, 3, 1, 2)] == [[0, 1], [2]]
+    assert call_rows(0, 1, 2, 128) == []  # fewer prompts than ranks: nothing to generate
+
+
 def test_two_ranks_generate_half_each_and_both_end_with_the_one_process_batch(tmp_path):
     result = run_script(SCRIPT, 2, tmp_path / "out.pt")
     # 5 prompts: rank 0 generates prompts 0-2 with seed 7 · 2 + 0, rank 1 prompts 3-4 with 7 · 2 + 1, once each
@@ -59,3 +72,15 @@ def test_two_ranks_generate_half_each_and_both_end_with_the_one_process_batch(tm
     assert samples["responses"][:, 0].tolist() == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
     # shares of different widths padded back together: the widest response is 3 tokens
     assert samples["responses"].shape[1] == 3
+
+
+def test_a_tp_group_validates_each_prompt_once(tmp_path):
+    result = run_script(SCRIPT, 2, tmp_path / "out.pt")
+    rank0, rank1 = result["validation_calls"]
+    # every rank takes every 2nd prompt (the tp ranks too), in 2 engine calls each
+    assert [len(call) for call in rank0] == [128, 1] and [len(call) for call in rank1] == [64, 64]
+    assert sorted(index for call in rank0 + rank1 for index in call) == list(range(257))
+    assert {index % 2 for call in rank0 for index in call} == {0}
+    # both ranks report the metrics of all 257 prompts: the 129 even indices right
+    for metrics in result["validation_metrics"]:
+        assert metrics["val/acc"] == pytest.approx(129 / 257)

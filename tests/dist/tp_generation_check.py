@@ -1,10 +1,13 @@
-"""A tp group of 2 generates a batch once, each rank its share (core/trainer/tp_generation.py).
+"""A tp group of 2 generates a batch once, each rank its share (core/trainer/tp_generation.py), and validates each
+prompt once (core/trainer/validation.py).
 
 `torchrun --nproc_per_node 2 tp_generation_check.py OUT`: both ranks hold the same 5 prompts, as a tp group's ranks
 do, and generate them with ReMax's greedy baselines through TensorParallelGeneration; rank 0 saves the batch each
 rank got, which calls of the engine each rank made, and the batch one process makes from the same shares. The engine
 is a deterministic stand-in (no model): a sample's tokens are its prompt's index, its sample number and the call's
-seed, with a length that varies by row, so shares of different widths must be padded back together.
+seed, with a length that varies by row, so shares of different widths must be padded back together. Then both
+validate 257 prompts (the stand-in's verdict: right when the index is even) in calls of 128, saving the prompts of
+each call and the metrics each rank got.
 """
 
 import sys
@@ -13,10 +16,12 @@ import numpy as np
 import torch
 
 from core.data.batch import Batch
+from core.data.dataset import PromptItem
 from core.engine.distributed import all_gather_object, init_distributed, with_tensor_parallel
 from core.rollout.base import SamplingParams, concat_rollouts, greedy_baseline_params, rollout_from_token_lists
 from core.rollout.base import with_greedy_baselines
 from core.trainer.tp_generation import TensorParallelGeneration, prompt_shares, share_params
+from core.trainer.validation import validate
 
 PAD = 0
 
@@ -44,6 +49,27 @@ def prompt_batch() -> Batch:
                  {"index": np.arange(5)})
 
 
+class Prompts(list):
+    pad_token_id = PAD
+
+
+def validate_check(world) -> dict:
+    """Validate 257 prompts on both ranks: each call's prompt indices, and each rank's metrics."""
+    dataset = Prompts(PromptItem([1, 2 + i % 3], "stand-in", None, [], index=i) for i in range(257))
+    calls: list = []
+
+    def generate(prompts: Batch, params: SamplingParams) -> Batch:
+        calls.append([int(index) for index in prompts["index"]])
+        return prompts  # one "sample" per prompt: the stand-in's verdict needs only its index
+
+    def reward_manager(rollout: Batch):
+        right = [float(int(index) % 2 == 0) for index in rollout["index"]]
+        return None, {"acc": right, "score": right}
+
+    metrics = validate(generate, reward_manager, dataset, SamplingParams(n=1), world, batch_size=128)
+    return {"validation_calls": all_gather_object(calls), "validation_metrics": all_gather_object(metrics)}
+
+
 def plain(batch: Batch) -> dict:
     """A batch as torch.load(weights_only=True) reads it back: tensors, and lists for the rest."""
     return {"tensors": dict(batch.tensors),
@@ -62,7 +88,7 @@ def main(out_path: str) -> None:
                                                    one_process_calls)
                                    for rank, rows in enumerate(prompt_shares(prompts, 2))], PAD)
     result = {"batches": all_gather_object(plain(gathered)), "calls": all_gather_object(calls),
-              "one_process": plain(one_process)}
+              "one_process": plain(one_process), **validate_check(world)}
     if world.is_main:
         torch.save(result, out_path)
     torch.distributed.destroy_process_group()
