@@ -34,6 +34,7 @@ from scale_suite import (  # noqa: E402 (puts the repo root on sys.path)
     run_overrides,
     script_plan,
     settings_label,
+    suite_settings,
 )
 
 from core.tracking.mlflow_tracker import git_commit  # noqa: E402
@@ -68,6 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "results/scale"))
     parser.add_argument("--tag", default="", help="suffix of each plan's name, as bench/scale_suite.sh --tag names "
                         "the runs made with the same overrides")
+    parser.add_argument("--no-expandable-segments", action="store_true",
+                        help="as bench/scale_suite.sh's: the plans of runs made without its SUITE_DEFAULTS")
     parser.add_argument("overrides", nargs="*", help="config overrides for every plan, as given to the suite")
     return parser.parse_args(argv)
 
@@ -165,15 +168,16 @@ def over_target(found: dict) -> str:
 def plan_one(args, recipe: str, controller: str, gpus: int, full: bool, model: Path, data: Path) -> dict:
     from omegaconf import OmegaConf
 
-    name = "plan_" + run_name(recipe, model, gpus, controller, args.tag)
+    tag, given = suite_settings(args.tag, args.overrides, full, not args.no_expandable_segments)
+    name = "plan_" + run_name(recipe, model, gpus, controller, tag)
     work = Path(args.work)
-    overrides = [*run_overrides(recipe, controller, gpus, 3, model, work / "mlruns", name, full), *args.overrides]
+    overrides = [*run_overrides(recipe, controller, gpus, 3, model, work / "mlruns", name, full), *given]
     command, text, planned = script_plan(recipe, gpus, overrides, data, work / f"{name}.json")
     config = OmegaConf.create(planned["config"])
     prompt_tokens = mean_prompt_tokens(model, data, config.data.max_prompt_length, config.data.truncation)
     memory = memory_by_device(config, model, planned["plan"]["resources"]["world_size"], prompt_tokens)
     return {"name": name, "recipe": recipe, "gpus": gpus, "controller": controller,
-            "settings": settings_label(full, args.overrides), "commit": git_commit(ROOT),
+            "settings": settings_label(full, given), "commit": git_commit(ROOT),
             # Run from the repository root, as the script itself is: paths inside it shown relative to it.
             "command": f"NGPUS={gpus} DATA={data} " + " ".join(command).replace(f"{ROOT}/", ""),
             "plan": {key: planned["plan"][key] for key in ("resources", "rollout", "batch", "lengths", "memory", "notes")},

@@ -131,7 +131,8 @@ def plan_section(plans: list[dict]) -> list[str]:
              "From the plan_*.json files beside this README, which `python bench/scale_plan.py` wrote (no GPU): "
              "each run_qwen3_8b.sh's own `--dry-run` with the suite's overrides, under torchrun and under Ray. "
              "At 2 and 4 GPUs the settings are the suite's default (the script's batch cut to PROMPTS_PER_GPU "
-             "prompts per GPU, `rollout.gpu_memory_utilization=0.35`); at 8 GPUs they are the script's own "
+             "prompts per GPU, `rollout.gpu_memory_utilization=0.35`; `scaled` alone is without expandable "
+             "segments, as the suite ran before they were its default); at 8 GPUs they are the script's own "
              "(`bash bench/scale_suite.sh --full`). A settings cell with overrides is the plan of suite runs made "
              "with them (`python bench/scale_plan.py --gpus 2 4 --full-gpus --tag T OVERRIDES`, as "
              "`bash bench/scale_suite.sh --tag T OVERRIDES` names the runs). Memory per GPU is `per_gpu_memory` in "
@@ -253,7 +254,11 @@ def build_readme(folder: Path, published_path: Path = PUBLISHED) -> str:
              "depend on the shapes, not on trained weights. Times are medians over the steps after step 1; "
              "MFU counts the update's useful FLOPs over 989 TFLOP/s per GPU; peak memory is nvidia-smi's; start is the "
              "time to the first step (under Ray: the cluster, its workers, then each role's loads and the engines), "
-             "each phase in the json's `start_s`.", ""]
+             "each phase in the json's `start_s`. A *settings* cell names the suite's settings: `scaled` (the "
+             "script's batch cut to PROMPTS_PER_GPU prompts per GPU) or `script` (its own, `--full`), then each "
+             "override. The scaled settings now include `actor.expandable_segments=true` (the suite's "
+             "SUITE_DEFAULTS): a row of `scaled` alone was made before, with the allocator's default "
+             "(`--no-expandable-segments` makes it again).", ""]
     lines += table(results) if results else ["No results yet: run `bash bench/scale_suite.sh` on a GPU node."]
     lines += ["", "Each json holds the exact command, the commit and every step's metrics."] + coverage(results)
     lines += scaling(results)

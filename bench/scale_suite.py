@@ -7,7 +7,8 @@ weights replaced by the trainer's at start), so nothing is downloaded; speed and
 shapes, not on trained weights. The reward is bench/varied_reward.py (varies between samples, so
 every update changes the weights and DAPO's dynamic sampling keeps its groups). The batch is the
 script's, scaled to the GPUs present (`PROMPTS_PER_GPU`), with responses at the script's length; with
-`--full` it is the script's own (512 prompt groups × 16 for DAPO: the 8-GPU run). Every run's config
+`--full` it is the script's own (512 prompt groups × 16 for DAPO: the 8-GPU run). The scaled settings also turn
+on expandable segments (SUITE_DEFAULTS; `--no-expandable-segments` leaves them out). Every run's config
 goes through the script's own dry run first; `python bench/scale_plan.py` records those plans and their
 memory arithmetic without a GPU.
 
@@ -43,6 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPTS_PER_GPU = {"dapo": 8, "grpo": 32, "rloo": 32, "remax": 32, "ppo": 128}
 STAGES = ("gen", "reward", "old_log_prob", "values", "adv", "update_critic", "update_actor", "sync_weights")
 PEAK_BF16 = 989e12  # H100/H200 SXM dense bf16, the datasheet's figure
+# The scaled settings' allocator: expandable segments (core/engine/allocator.py). Without them GRPO, RLOO and ReMax
+# peaked at 95.4-96.6% of an H200 on 2 GPUs, over the 95% the plan promises; with them at 81.6% (results/scale).
+SUITE_DEFAULTS = {"actor.expandable_segments": "true"}
+DEFAULT_TAG = "expandable"  # the name's suffix of a run at SUITE_DEFAULTS: apart from the runs made before them
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -62,7 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the scripts' own batch and engine share (their full settings, e.g. on 8 GPUs) "
                              "instead of PROMPTS_PER_GPU prompts per GPU")
     parser.add_argument("--tag", default="", help="suffix of each run's name and json, for runs with overrides "
-                        "beside those without (e.g. --tag expandable actor.expandable_segments=true)")
+                        f"beside those without (default at the scaled settings: {DEFAULT_TAG})")
+    parser.add_argument("--no-expandable-segments", action="store_true",
+                        help="leave SUITE_DEFAULTS out (the allocator's default; runs named without a tag)")
     parser.add_argument("overrides", nargs="*",
                         help="extra config overrides for every run, e.g. actor.micro_batch_tokens=16384")
     return parser.parse_args(argv)
@@ -184,6 +191,18 @@ def update_flops(config: dict, tokens: float, mean_len: float, response_tokens: 
     return 6 * layers * per_layer * tokens + attention + 6 * config["vocab_size"] * hidden * response_tokens
 
 
+def suite_settings(tag: str, overrides: list[str], full: bool, with_defaults: bool = True) -> tuple[str, list[str]]:
+    """(the tag, the overrides) of a run or plan: at the scaled settings SUITE_DEFAULTS come first, each unless an
+    override sets its key, and a run at all of them is tagged DEFAULT_TAG unless given a tag; `--full` runs are
+    the script's own settings, untouched."""
+    if full or not with_defaults:
+        return tag, list(overrides)
+    given = dict(override.split("=", 1) for override in overrides if "=" in override)
+    added = [f"{key}={value}" for key, value in SUITE_DEFAULTS.items() if key not in given]
+    at_defaults = all(given.get(key, value) == value for key, value in SUITE_DEFAULTS.items())
+    return tag or (DEFAULT_TAG if at_defaults else ""), [*added, *overrides]
+
+
 def settings_label(full: bool, overrides: list[str]) -> str:
     """A run's (or plan's) settings as the report matches them: `scaled` or `script`, then each override."""
     return " + ".join(["script" if full else "scaled", *overrides])
@@ -195,10 +214,11 @@ def run_name(recipe: str, model: Path, gpus: int, controller: str, tag: str = ""
 
 
 def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Path, work: Path) -> dict:
-    name = run_name(recipe, model, gpus, controller, args.tag)
+    tag, overrides = suite_settings(args.tag, args.overrides, args.full, not args.no_expandable_segments)
+    name = run_name(recipe, model, gpus, controller, tag)
     store = work / "mlruns"
     command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh",
-               *run_overrides(recipe, controller, gpus, args.steps, model, store, name, args.full), *args.overrides]
+               *run_overrides(recipe, controller, gpus, args.steps, model, store, name, args.full), *overrides]
     env = {**os.environ, "NGPUS": str(gpus), "DATA": str(data), "MLFLOW_ALLOW_FILE_STORE": "true"}
     print(f"[scale] {name}: starting ({' '.join(command)})", flush=True)
     # A run its --timeout-s stops keeps the steps it finished (marked so): a Ray start can take minutes.
@@ -206,7 +226,7 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
                                              timeout_s=args.timeout_s, env=env)
     config = json.loads((model / "config.json").read_text())
     history = step_history(store, name)
-    result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": settings_label(args.full, args.overrides),
+    result = {"name": name, "recipe": recipe, "gpus": gpus, "settings": settings_label(args.full, overrides),
               "model": f"{model.name.removeprefix('model-')} (random init from its config)",
               "controller": controller, "device": device_name(), "commit": git_commit(ROOT),
               "command": f"NGPUS={gpus} DATA={data} " + " ".join(command),
@@ -252,7 +272,8 @@ def preflight(args, recipe: str, gpus: int, model: Path, data: Path, work: Path)
     plans = []
     for controller in args.controllers:
         overrides = run_overrides(recipe, controller, gpus, args.steps, model, work / "mlruns", "preflight", args.full)
-        plans.append(script_plan(recipe, gpus, [*overrides, *args.overrides], data,
+        given = suite_settings(args.tag, args.overrides, args.full, not args.no_expandable_segments)[1]
+        plans.append(script_plan(recipe, gpus, [*overrides, *given], data,
                                  work / f"plan_{recipe}_{controller}.json")[2])
     return plans[0]
 

@@ -217,12 +217,16 @@ def test_plan_runs_both_scripts_at_8_gpus_under_both_controllers(gsm8k_parquet, 
     assert grpo["memory_per_gpu"]["H100 80GB"]["state_gib"]["reference"] > 0  # GRPO's KL loss needs the reference
 
 
-def test_plan_of_a_tagged_suite_run_has_its_overrides_name_and_settings(gsm8k_parquet, tmp_path):
+@pytest.mark.parametrize("given", [["--tag", "expandable", "actor.expandable_segments=true"], []],
+                         ids=["tagged", "the-suite-default"])
+def test_plan_of_a_tagged_suite_run_has_its_overrides_name_and_settings(given, gsm8k_parquet, tmp_path):
+    """A plan made with `--tag expandable actor.expandable_segments=true`, as the runs were before expandable
+    segments became the scaled settings' default, and one made with neither: the same plan."""
     from scale_plan import main
 
     out = tmp_path / "out"
     main(["--recipes", "grpo", "--controllers", "torchrun", "--gpus", "2", "--full-gpus", "--data", str(gsm8k_parquet),
-          "--work", str(tmp_path / "work"), "--out", str(out), "--tag", "expandable", "actor.expandable_segments=true"])
+          "--work", str(tmp_path / "work"), "--out", str(out), *given])
     (path,) = out.glob("plan_*.json")
     plan = json.loads(path.read_text())
     assert path.name == "plan_grpo_qwen3-8b_2gpu_torchrun_expandable.json"

@@ -19,8 +19,10 @@ from scale_suite import (  # noqa: E402
     parse_args,
     run_name,
     run_overrides,
+    settings_label,
     step_history,
     stop_note,
+    suite_settings,
     summarise,
     update_flops,
 )
@@ -180,6 +182,25 @@ def test_the_report_says_where_the_time_limit_stopped_a_run():
     assert step_cell(first_only) == ("step 1 only: 158.2 (update_actor 66.9, old_log_prob 51.7, gen 38.2) "
                                      "(stopped by the time limit after step 1 of 3)")
     assert step_cell({"median_step_s": None, "steps": {}}) == "–"
+
+
+def test_scaled_runs_default_to_expandable_segments_and_are_named_so():
+    """The suite's scaled settings carry SUITE_DEFAULTS: the same name and settings as the runs made with
+    `--tag expandable actor.expandable_segments=true` before they were the default."""
+    assert suite_settings("", [], full=False) == ("expandable", ["actor.expandable_segments=true"])
+    assert suite_settings("", ["actor.expandable_segments=true"], full=False) == \
+        ("expandable", ["actor.expandable_segments=true"])  # given once, not twice
+    assert suite_settings("levers", ["actor.micro_batch_tokens=8192"], full=False) == \
+        ("levers", ["actor.expandable_segments=true", "actor.micro_batch_tokens=8192"])
+    # turned off: by the flag (the older runs' name and settings), or by an override (then no default tag)
+    assert suite_settings("", [], full=False, with_defaults=False) == ("", [])
+    assert suite_settings("", ["actor.expandable_segments=false"], full=False) == \
+        ("", ["actor.expandable_segments=false"])
+    assert suite_settings("", [], full=True) == ("", [])  # --full: the script's own settings
+    args = parse_args(["--recipes", "grpo"])
+    tag, overrides = suite_settings(args.tag, args.overrides, args.full, not args.no_expandable_segments)
+    assert settings_label(args.full, overrides) == "scaled + actor.expandable_segments=true"
+    assert run_name("grpo", Path("/w/model-qwen3-8b"), 2, "torchrun", tag) == "grpo_qwen3-8b_2gpu_torchrun_expandable"
 
 
 def test_a_tagged_run_is_named_apart_from_the_untagged_one():
