@@ -7,7 +7,7 @@ On one machine's GPUs, into one MLflow file store, a run export and a leaderboar
         [--min-job-s 400]
         [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
         [--lora-rank 16] [-- <config overrides for every run>]
-    python bench/gsm8k_leaderboard.py --merge DIR [DIR ...] [--timing-only DIR ...]
+    python bench/gsm8k_leaderboard.py --merge DIR [DIR ...] [--timing-only DIR ...] [--before-from RUNS_JSON]
         # -> results/gsm8k_leaderboard/ and results/leaderboard.md
 
 Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu (K) at once
@@ -160,6 +160,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timing-only", nargs="+", metavar="DIR", default=[], help="with --merge: list these --out "
                         "dirs' invocations for their timings, but keep their runs (another budget) out of the table")
     parser.add_argument("--results", default=str(REPO / "results"), help="with --merge: the committed results dir")
+    parser.add_argument("--before-from", metavar="RUNS_JSON", help="with --merge: take the pretrained model's "
+                        "evaluation from this export (a table of another budget from the same model file)")
     args, overrides = parser.parse_known_args(argv)
     args.overrides = [o for o in overrides if o != "--"]
     args.max_response = args.max_response or SUITES[args.suite].max_response
@@ -438,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     suite = SUITES[args.suite]
     if args.merge:
         return merge_outputs([Path(folder) for folder in args.merge], Path(args.results),
-                             [Path(folder) for folder in args.timing_only], suite)
+                             [Path(folder) for folder in args.timing_only], suite,
+                             Path(args.before_from) if args.before_from else None)
     started = COMMAND_STARTED if argv is None else time.time()  # a command's clock runs from its process's start
     gpus = gpu_ids(args.gpus)
     check_schedules(args, [job.variant for job in wanted_jobs(args) if job.variant], len([g for g in gpus if g]),

@@ -1,0 +1,58 @@
+"""`--merge ... --before-from RUNS_JSON`: a table of another budget takes its *before* from a committed export of the
+same model file (bench/gsm8k_report.py), on the committed 160- and 80-step open-suite exports."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.gsm8k_report import merge_outputs
+from bench.leaderboard_suites import SUITES
+from core.tracking.run_export import load_export, save_export
+
+REPO = Path(__file__).resolve().parent.parent
+LONG = REPO / "results/reasoning_gym_open_160/reasoning_gym_open"
+SHORT_EXPORT = REPO / "results/reasoning_gym_open_80/reasoning_gym_open/runs.json"
+SUITE = SUITES["reasoning-gym-open"]
+
+
+def out_dir_of_the_long_runs(tmp_path: Path) -> Path:
+    """The 160-step runs as the driver's --out leaves them: their export without any pretrained evaluation."""
+    export = load_export(LONG / "runs.json")
+    export["evals"] = [entry for entry in export["evals"] if entry["stage"] != "before"]
+    out = tmp_path / "open160"
+    shutil.copytree(LONG / "invocations", out / "invocations")
+    save_export(export, out / "runs.json")
+    return out
+
+
+def test_the_table_takes_the_pretrained_evaluation_of_the_same_model_file(tmp_path):
+    results = tmp_path / "results"
+    assert merge_outputs([out_dir_of_the_long_runs(tmp_path)], results, suite=SUITE, before_from=SHORT_EXPORT) == 0
+    target = results / SUITE.results_dir
+    board = (target / "leaderboard.md").read_text()
+    assert "| rloo | 2 | 0.073 → 0.430 ± 0.020" in board  # without it: "— → 0.430"
+    befores = [entry for entry in load_export(target / "runs.json")["evals"] if entry["stage"] == "before"]
+    assert {entry["run_id"] for entry in befores} == {
+        entry["run_id"] for entry in load_export(SHORT_EXPORT)["evals"] if entry["stage"] == "before"}
+    assert "taken from" in (target / "README.md").read_text()
+
+
+def test_a_pretrained_evaluation_of_another_model_file_is_refused_and_nothing_written(tmp_path, capsys):
+    other = load_export(SHORT_EXPORT)
+    for entry in other["evals"]:
+        entry["model_sha256"] = "0" * 64
+    save_export(other, tmp_path / "other.json")
+    results = tmp_path / "results"
+    assert merge_outputs([out_dir_of_the_long_runs(tmp_path)], results, suite=SUITE,
+                         before_from=tmp_path / "other.json") == 1
+    assert "started from different model files" in capsys.readouterr().out
+    assert not results.exists() or not any(results.rglob("*.json"))
+
+
+def test_an_export_without_a_pretrained_evaluation_is_named(tmp_path):
+    (tmp_path / "no_before.json").write_text(json.dumps({**load_export(SHORT_EXPORT), "evals": []}))
+    with pytest.raises(SystemExit, match=r"--before-from .*no_before.json: no pretrained-model evaluation"):
+        merge_outputs([out_dir_of_the_long_runs(tmp_path)], tmp_path / "results", suite=SUITE,
+                      before_from=tmp_path / "no_before.json")
