@@ -36,6 +36,11 @@ GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init 
               "actor.micro_batch_size=16 --disaggregated-overrides actor.cpu_offload=true",
     "4 H200s": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 "
               "--out results/async/4gpu actor.expandable_segments=true",
+    # One GPU holds no 8B training state beside an engine: Qwen3-1.7B, colocated schedules only (the dry run's
+    # estimate: one_step_off's update with the engine awake 77.4 GiB, 55% of an H200).
+    "1 H200 (Qwen3-1.7B)": "bash bench/async_suite.sh --model bench/configs/qwen3-1.7b --schedules sync one_step_off "
+                           "--gpus 1 --controller local --prompts 64 --out results/async/1gpu_1.7b "
+                           "actor.expandable_segments=true",
 }
 STAGE_COLORS = {"generate": "tab:blue", "old_log_prob": "tab:orange", "update_actor": "tab:red",
                 "sync_weights": "black", "reward": "tab:green", "adv": "tab:olive", "rollout_corr": "tab:purple",
@@ -219,7 +224,7 @@ def page(folders: dict[Path, list[dict]], plot_name: str) -> list[str]:
         lines += folder_section(folder, runs)
     lines += [f"![one step of each run: who computes when]({plot_name})", "",
               "## The GPU runs", "",
-              "Random-init Qwen3-8B (bench/configs/qwen3-8b: nothing to download but GSM8K), the GRPO script "
+              "Random-init Qwen3-8B (bench/configs/qwen3-8b; Qwen3-1.7B on one GPU; nothing to download but GSM8K), the GRPO script "
               "recipes/grpo/run_qwen3_8b.sh scaled as bench/scale_suite.py does it:", ""]
     lines += [f"- {gpus}: `{command}`" for gpus, command in GPU_COMMANDS.items()]
     return lines + ["", "then `python bench/async_report.py`."]

@@ -12,6 +12,9 @@
 #       --disaggregated-overrides actor.cpu_offload=true   # 1 training GPU cannot hold 8B's training state
 # 4 H200s: bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 --out results/async/4gpu \
 #       actor.expandable_segments=true
+# 1 H200 (one GPU holds no 8B training state beside its engine): sync and one_step_off of Qwen3-1.7B, colocated:
+#   bash bench/async_suite.sh --model bench/configs/qwen3-1.7b --schedules sync one_step_off --gpus 1 \
+#       --controller local --prompts 64 --out results/async/1gpu_1.7b actor.expandable_segments=true
 # On a CPU (the embedded tiny model):  bash bench/async_suite.sh --controller local --prompts 8 --n 4 \
 #   --response-length 32 --steps 6 --out results/async/cpu_tiny
 # A run that reaches --timeout-s ends its step on SIGTERM (or is killed after --stop-grace-s) and keeps its steps.
