@@ -224,8 +224,8 @@ def page(folders: dict[Path, list[dict]], plot_name: str) -> list[str]:
         lines += folder_section(folder, runs)
     lines += [f"![one step of each run: who computes when]({plot_name})", "",
               "## The GPU runs", "",
-              "Random-init Qwen3-8B (bench/configs/qwen3-8b; Qwen3-1.7B on one GPU; nothing to download but GSM8K), the GRPO script "
-              "recipes/grpo/run_qwen3_8b.sh scaled as bench/scale_suite.py does it:", ""]
+              "Random-init Qwen3-8B (bench/configs/qwen3-8b; Qwen3-1.7B on one GPU; nothing to download but GSM8K), "
+              "the GRPO script recipes/grpo/run_qwen3_8b.sh scaled as bench/scale_suite.py does it:", ""]
     lines += [f"- {gpus}: `{command}`" for gpus, command in GPU_COMMANDS.items()]
     return lines + ["", "then `python bench/async_report.py`."]
 
