@@ -270,9 +270,9 @@ def preflight(args, recipe: str, gpus: int, model: Path, data: Path, work: Path)
     """Every controller's config through the script's own dry run, so a bad setting fails before any GPU
     work; returns the first one's plan and resolved config."""
     plans = []
+    given = suite_settings(args.tag, args.overrides, args.full, not args.no_expandable_segments)[1]
     for controller in args.controllers:
         overrides = run_overrides(recipe, controller, gpus, args.steps, model, work / "mlruns", "preflight", args.full)
-        given = suite_settings(args.tag, args.overrides, args.full, not args.no_expandable_segments)[1]
         plans.append(script_plan(recipe, gpus, [*overrides, *given], data,
                                  work / f"plan_{recipe}_{controller}.json")[2])
     return plans[0]

@@ -181,7 +181,7 @@ def schedule_lines(rows: list, columns: list, plot: str | None = None) -> list[s
         return []
     measure = SUITE_MEAN if suite_columns(columns) else columns[0].name if columns else "accuracy"
     lines = ["", "### Schedules at equal cost", "",
-             f"Every row draws the same prompts and samples per step for the same steps (fewer where a time budget "
+             "Every row draws the same prompts and samples per step for the same steps (fewer where a time budget "
              f"stopped a run: the section's *steps* column). *{measure}*: after training, "
              "mean ± std [95% t-interval] over seeds. *wall-clock s*: from the first step's start to the last step's "
              "end (model load and engine start left out; validations in), mean ± std over seeds; *s/step*: that over "

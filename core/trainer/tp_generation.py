@@ -20,6 +20,7 @@ import torch.distributed as dist
 from core.data.batch import Batch
 from core.engine.distributed import World
 from core.rollout.base import SamplingParams, concat_rollouts
+from core.trainer.schedule import SyncSchedule
 
 
 def prompt_shares(prompts: Batch, size: int) -> list[np.ndarray]:
@@ -44,7 +45,7 @@ class TensorParallelGeneration:
     @staticmethod
     def applies(world: World, schedule: str) -> bool:
         """Whether this rank's generation is split over its tp group (see the module's docstring)."""
-        return world.mesh is not None and world.mesh["tp"].size() > 1 and schedule == "sync"
+        return world.mesh is not None and world.mesh["tp"].size() > 1 and schedule == SyncSchedule.name
 
     def generate(self, generate, prompts: Batch, params: SamplingParams) -> Batch:
         """`generate(prompts, params)` (a rollout backend's) on this rank's share; the group's batch back."""

@@ -73,7 +73,7 @@ def validate_check(world) -> dict:
 def plain(batch: Batch) -> dict:
     """A batch as torch.load(weights_only=True) reads it back: tensors, and lists for the rest."""
     return {"tensors": dict(batch.tensors),
-            "non_tensors": {k: [getattr(x, "item", lambda x=x: x)() for x in v.tolist()]
+            "non_tensors": {k: [x.item() if hasattr(x, "item") else x for x in v.tolist()]
                             for k, v in batch.non_tensors.items()}}
 
 
