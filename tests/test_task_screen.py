@@ -1,0 +1,50 @@
+"""bench/task_screen.py: each reasoning-gym task at its curriculum's easiest level, and the table that says which
+tasks a suite can use. The generation is real (reasoning-gym); the model's accuracies are given, as `recipezoo eval`
+(tested on its own) would write them."""
+
+import pytest
+
+pytest.importorskip("reasoning_gym")
+
+from bench.task_screen import BAND, easiest_settings, main, screen_table, write_screen_data  # noqa: E402
+from core.data.dataset import read_rows  # noqa: E402
+from core.data.reasoning_gym import answer_in_question_share, constant_answer  # noqa: E402
+
+
+def test_the_easiest_level_is_the_curriculums_level_zero_and_generates():
+    settings = easiest_settings("basic_arithmetic")
+    assert "seed" not in settings and "size" not in settings
+    assert settings["max_terms"] == 2  # reasoning-gym's basic_arithmetic curriculum starts at 2 terms
+    import reasoning_gym
+
+    assert reasoning_gym.create_dataset("basic_arithmetic", size=2, seed=0, **settings)[0]["answer"]
+
+
+def test_the_table_marks_a_task_in_band_only_inside_five_to_fifty_percent_without_a_shortcut(tmp_path):
+    record = write_screen_data(["basic_arithmetic", "products", "leg_counting"], 20, tmp_path)
+    rows = read_rows(tmp_path / "test.parquet")
+    accuracy = {"reasoning_gym/basic_arithmetic": 0.30, "reasoning_gym/products": 0.60,
+                "reasoning_gym/leg_counting": 0.02}
+    results = {"protocol": {"generation": {"model": "m", "max_tokens": 256, "rollout": "hf"}},
+               "results": {source: {"mean@1": value} for source, value in accuracy.items()}}
+    table = screen_table(results, rows, record, "cmd")
+    lines = {line.split(" | ")[1]: line for line in table.splitlines() if line.startswith("| arithmetic |")}
+    arithmetic = [row for row in rows if row["extra_info"]["task"] == "basic_arithmetic"]
+    shortcut = max(constant_answer(arithmetic)[1], answer_in_question_share(arithmetic))
+    assert ("| yes |" in lines["basic_arithmetic"]) == (shortcut <= 0.10)
+    assert "| yes |" not in lines["products"]       # above the band's top, BAND[1]
+    assert "| yes |" not in lines["leg_counting"]   # below its bottom
+    assert BAND == (0.05, 0.50)
+
+
+def test_an_unknown_task_is_named_before_anything_is_written(tmp_path):
+    with pytest.raises(SystemExit, match=r"--tasks: unknown reasoning-gym tasks \['no_such_task'\]"):
+        main([str(tmp_path / "out"), "--tasks", "leg_counting", "no_such_task"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_task_whose_prompts_no_suite_could_train_on_is_skipped_with_its_length(tmp_path):
+    record = write_screen_data(["leg_counting", "products"], 3, tmp_path,
+                               prompt_tokens=lambda row: 600 if row["extra_info"]["task"] == "products" else 40)
+    assert record["products"] == {"skipped": "a prompt of 600 tokens, over the suites' 512"}
+    assert {row["extra_info"]["task"] for row in read_rows(tmp_path / "test.parquet")} == {"leg_counting"}
