@@ -25,7 +25,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from core.data.dataset import read_rows, write_rows
-from core.data.reasoning_gym import INSTRUCTION, answer_in_question_share, constant_answer, registered_tasks, task_rows
+from core.data.reasoning_gym import (
+    INSTRUCTION,
+    answer_in_question_share,
+    constant_answer,
+    registered_tasks,
+    test_entries,
+    to_row,
+)
 from core.models.loading import load_tokenizer, resolve_model_path
 
 BAND = (0.05, 0.50)        # the start accuracy a suite's task should have (issue 34)
@@ -62,8 +69,7 @@ def write_screen_data(tasks: list[str], per_task: int, out: Path, prompt_tokens=
     on it)."""
     from reasoning_gym.factory import has_curriculum
 
-    signal.signal(signal.SIGALRM, _stop_generation)
-
+    previous_handler = signal.signal(signal.SIGALRM, _stop_generation)
     rows, record = [], {}
     for task in tasks:
         if not has_curriculum(task):
@@ -72,7 +78,8 @@ def write_screen_data(tasks: list[str], per_task: int, out: Path, prompt_tokens=
         signal.alarm(GENERATION_LIMIT_S)
         try:
             settings = easiest_settings(task)
-            _, test = task_rows(task, settings, 1, per_task, 0, INSTRUCTION)
+            test = [to_row(task, entry, settings, "test", index, INSTRUCTION)
+                    for index, entry in enumerate(test_entries(task, settings, per_task, 0))]
         except Exception as error:  # a generator that fails at level 0 is a finding, not a stop
             record[task] = {"skipped": f"{type(error).__name__}: {str(error)[:200]}"}
             continue
@@ -85,6 +92,7 @@ def write_screen_data(tasks: list[str], per_task: int, out: Path, prompt_tokens=
         rows += test
         record[task] = {"settings": settings, "category": category(task)}
         print(f"{task}: {len(test)} test problems", flush=True)
+    signal.signal(signal.SIGALRM, previous_handler)
     write_rows(rows, out / "test.parquet")
     (out / "settings.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     return record

@@ -48,3 +48,11 @@ def test_a_task_whose_prompts_no_suite_could_train_on_is_skipped_with_its_length
                                prompt_tokens=lambda row: 600 if row["extra_info"]["task"] == "products" else 40)
     assert record["products"] == {"skipped": "a prompt of 600 tokens, over the suites' 512"}
     assert {row["extra_info"]["task"] for row in read_rows(tmp_path / "test.parquet")} == {"leg_counting"}
+
+
+def test_a_task_with_few_distinct_questions_is_screened_on_its_test_problems_alone(tmp_path):
+    """products at level 0 has so few questions that no training row differs from 40 test ones: the screen draws
+    only test problems, so it screens the task (drawing a training row too once skipped it)."""
+    record = write_screen_data(["products"], 40, tmp_path)
+    assert "settings" in record["products"]
+    assert len(read_rows(tmp_path / "test.parquet")) == 40

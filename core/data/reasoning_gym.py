@@ -118,10 +118,7 @@ def task_rows(task: str, settings: dict, size: int, test_size: int, seed: int,
     """(train rows, test rows) of one task. The test questions are drawn first, distinct; training rows are then
     drawn from the rest, so no test question is ever trained on, even where a task has few distinct questions
     (one-digit sums: 200), and training rows may repeat there."""
-    test = _distinct(generate(task, settings, test_size * POOL_FACTOR, seed + TEST_SEED_OFFSET), test_size, set())
-    if len(test) < test_size:
-        raise TaskError(f"{task}: only {len(test)} distinct test questions among {test_size * POOL_FACTOR} drawn; "
-                        "lower --test-size, or make the task harder (--difficulty)")
+    test = test_entries(task, settings, test_size, seed)
     held_out = {entry["question"] for entry in test}
     pool = generate(task, settings, size * POOL_FACTOR, seed)
     train = [entry for entry in pool if entry["question"] not in held_out][:size]
@@ -130,6 +127,16 @@ def task_rows(task: str, settings: dict, size: int, test_size: int, seed: int,
                         "lower --size or --test-size, or make the task harder (--difficulty)")
     return ([to_row(task, e, settings, "train", i, instruction) for i, e in enumerate(train)],
             [to_row(task, e, settings, "test", i, instruction) for i, e in enumerate(test)])
+
+
+def test_entries(task: str, settings: dict, test_size: int, seed: int) -> list[dict]:
+    """A task's `test_size` distinct test entries, drawn from their own seed (`task_rows` draws training rows
+    apart from them)."""
+    test = _distinct(generate(task, settings, test_size * POOL_FACTOR, seed + TEST_SEED_OFFSET), test_size, set())
+    if len(test) < test_size:
+        raise TaskError(f"{task}: only {len(test)} distinct test questions among {test_size * POOL_FACTOR} drawn; "
+                        "lower --test-size, or make the task harder (--difficulty)")
+    return test
 
 
 def _distinct(entries: list[dict], count: int, seen: set[str]) -> list[dict]:
