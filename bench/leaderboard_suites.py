@@ -9,6 +9,8 @@ of the before → after table, the MLflow experiment and where --merge writes it
   GSM8K, MATH-500 and AIME24 stay as columns, evaluated as in the GSM8K section.
 - `reasoning-gym-open`: OPEN_SUITE_TASKS, reasoning-gym tasks with open answers (no answer is more than 10% of a
   task's test problems), the same budget and eval sets; results/reasoning_gym_open/candidates/README.md says why.
+- `reasoning-gym-coder`: CODER_SUITE_TASKS, open-answer tasks at settings where Qwen2.5-Coder-0.5B-Instruct starts
+  between 5% and 50% on each (the stronger model's suite; SmolLM2-135M starts near 0 on most of them).
 """
 
 from __future__ import annotations
@@ -56,6 +58,22 @@ OPEN_SUITE_TASKS = (
     ("simple_equations", ("min_terms=2", "max_terms=2", "max_value=30", "operators=[+, -]", "operators_weights=[0.5, 0.5]")),
     ("aiw", ("max_entities=20",)),
     ("countdown", ("min_numbers=2", "max_numbers=2", "max_value=20", "min_target=1", "max_target=100")),
+)
+
+# reasoning-gym-coder: the settings of results/reasoning_gym_open/candidates/coder-hard-screen.md, where
+# Qwen2.5-Coder-0.5B-Instruct started at 0.10-0.44 greedy on each task's 100 test problems (vLLM CPU, fp32), no answer
+# above 10% of them. Arithmetic, algebra and a game; no logic task: the Coder starts at 0 on knights_knaves and aiw, and
+# the other logic tasks answer yes/no or give the answer in the question (candidates/screen-*.md).
+CODER_SUITE_TASKS = (
+    ("basic_arithmetic", ("min_terms=3", "max_terms=3", "max_digits=2", "operators=[+, -]", "allow_negation=false",
+                          "allow_parentheses=false")),
+    ("products", ("min_digits=2", "max_digits=2")),
+    ("fraction_simplification", ("max_value=20", "max_factor=10", "styles=[plain]")),
+    ("decimal_chain_sum", ("min_terms=2", "max_terms=2", "max_digits=2", "max_decimal_places=2")),
+    ("simple_equations", ("min_terms=3", "max_terms=3", "max_value=30", "operators=[+, -]", "operators_weights=[0.5, 0.5]")),
+    ("complex_arithmetic", ("operations=[+, -]", "operations_weights=[0.5, 0.5]")),
+    ("countdown", ("min_numbers=3", "max_numbers=3", "max_value=10", "min_target=1", "max_target=30",
+                   "operators=[+, -]")),
 )
 SUITE_TRAIN_ROWS, SUITE_TEST_ROWS, SUITE_SEED = 500, 100, 0
 
@@ -112,4 +130,6 @@ SUITES = {
     "reasoning-gym": reasoning_gym_suite("reasoning-gym", "reasoning_gym", SUITE_TASKS),
     "reasoning-gym-open": reasoning_gym_suite("reasoning-gym-open", "reasoning_gym_open", OPEN_SUITE_TASKS,
                                               max_constant_share=0.1),
+    "reasoning-gym-coder": reasoning_gym_suite("reasoning-gym-coder", "reasoning_gym_coder", CODER_SUITE_TASKS,
+                                               max_constant_share=0.1),
 }
