@@ -225,8 +225,8 @@ def test_driver_suite_files_budget_and_model_hash(tmp_path, random_model_dir, ca
 
 
 def test_open_suite_has_its_own_files_experiment_and_share_limit(tmp_path):
-    """reasoning-gym-open writes its own folder, asks for --max-constant-share 0.1, trains and logs apart from
-    reasoning-gym, whose data command (the one its committed results were made with) stays as it was."""
+    """reasoning-gym-open and reasoning-gym-coder write their own folders, ask for --max-constant-share 0.1, train and
+    log apart from reasoning-gym, whose data command (the one its committed results were made with) stays as it was."""
     import bench.gsm8k_leaderboard as driver
     from bench.leaderboard_suites import SUITES
 
@@ -238,17 +238,22 @@ def test_open_suite_has_its_own_files_experiment_and_share_limit(tmp_path):
     assert old_path == f"{tmp_path}/reasoning_gym/train.parquet" and "--max-constant-share" not in old_argv
     assert old_argv[old_argv.index("--tasks") + 1:old_argv.index("--size")] == [
         "basic_arithmetic", "chain_sum", "gcd", "calendar_arithmetic", "syllogism", "isomorphic_strings", "mahjong_puzzle"]
+    coder_path, coder_argv = SUITES["reasoning-gym-coder"].data_commands(str(tmp_path), None)[-1]
+    assert coder_path == f"{tmp_path}/reasoning_gym_coder/train.parquet"
+    assert coder_argv[coder_argv.index("--max-constant-share") + 1] == "0.1"
+    assert SUITES["reasoning-gym-coder"].experiment == "reasoning-gym-coder-leaderboard"
     args = driver.parse_args(["--suite", "reasoning-gym-open", "--model", "m"])
     common = driver.run_overrides(args, tmp_path, "file:///store", 2048)
     assert f"data.val_files={tmp_path / 'reasoning_gym_open/test.parquet'}" in common
     assert "tracking.experiment=reasoning-gym-open-leaderboard" in common and "data.max_response_length=256" in common
 
 
-def test_open_suite_tasks_have_no_answer_above_a_tenth(tmp_path):
+@pytest.mark.parametrize("name", ["reasoning-gym-open", "reasoning-gym-coder"])
+def test_open_answer_suites_have_no_answer_above_a_tenth(tmp_path, name):
     """Its 100 test problems a task, as the suite's data command draws them: no answer is more than 10 of them."""
     from bench.leaderboard_suites import SUITES
 
-    suite = SUITES["reasoning-gym-open"]
+    suite = SUITES[name]
     difficulty = [f"{task}.{setting}" for task, settings in suite.tasks for setting in settings]
     _, test_by_task = write_suite([task for task, _ in suite.tasks], difficulty, tmp_path, size=1, test_size=100, seed=0)
     shares = [constant_answer(rows)[1] for rows in test_by_task.values()]
