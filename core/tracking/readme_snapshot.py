@@ -17,10 +17,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # (its folder, what it is): the table that ranks first (three groups, the largest gain), then the shorter budget, the
-# stronger model, then the one with every recipe.
+# stronger model on that suite and on its own, then the one with every recipe.
 TABLES = [("results/reasoning_gym_open_80/reasoning_gym_open", "The open-answer suite, 80 steps"),
           ("results/reasoning_gym_open_long/reasoning_gym_open", "The open-answer suite, 40 steps"),
           ("results/reasoning_gym_open_coder/reasoning_gym_open", "The open-answer suite from a stronger model, 64 steps"),
+          ("results/reasoning_gym_coder", "The stronger model's own suite, every task starting at 5–50%, 64 steps"),
           ("results/reasoning_gym", "The first suite, 16 steps, every recipe")]
 BLOCK = re.compile(r"(<!-- BEGIN leaderboard-snapshot -->\n)(?P<body>.*?)(<!-- END leaderboard-snapshot -->)", re.S)
 SUITE, GSM8K = "suite mean", "openai/gsm8k mean@1 (strict)"
