@@ -137,8 +137,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
     parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
                         f"started with less time left than this, so that it trains every step (default: --reserve-s "
-                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest a finished job took, or one of "
-                        "its recipe in an earlier invocation in --out at the same --steps, K and GPUs")
+                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest finished job of its recipe (of any "
+                        "recipe until one of its own finished), or one of its recipe in an earlier invocation in "
+                        "--out at the same --steps, K and GPUs")
     parser.add_argument("--redo-stopped", action="store_true", help="also rerun the jobs whose run in --out its time "
                         "budget stopped before its last step (the merge keeps the run that trained more steps)")
     parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
@@ -397,19 +398,21 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
              devices: dict[str, str]) -> None:
     """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute.
     A queued job starts only with the time it needs left before the deadline: --min-job-s, or the longest
-    a job of this invocation took to finish every step, or one of its recipe in an earlier invocation in --out
-    (the same steps, jobs per GPU and GPUs), if longer (a run stopped short of the budget is a weaker row than
-    one not started, which a rerun will make whole)."""
+    a job of its recipe in this invocation took to finish every step (of any recipe while none of its own has
+    finished: recipes differ twofold, GRPO pass@k's longer answers against GRPO's), or one of its recipe in an
+    earlier invocation in --out (the same steps, jobs per GPU and GPUs), if longer (a run stopped short of the
+    budget is a weaker row than one not started, which a rerun will make whole)."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
     needed_s = args.min_job_s or args.reserve_s + MIN_TRAIN_S
     earlier = earlier_job_seconds(out, args.steps, args.runs_per_gpu, set(devices.values()))  # recipe -> s
+    took: dict[str, float] = {}  # recipe -> its longest finished job here
     while queue or running:
         host.sample()
         for job in [job for job in running if job.process.poll() is not None]:
             running.remove(job)
             finish_job(job, jobs, out, uri, devices, SUITES[args.suite].experiment, host)
             if job.status == "done" and job.variant is not None:
-                needed_s = max(needed_s, job.ended - job.started)
+                took[job.variant] = max(took.get(job.variant, 0.0), job.ended - job.started)
         for job in running:
             if deadline is not None and time.time() > deadline + GRACE_S:
                 stop(job)
@@ -418,7 +421,8 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             if gpu is None:
                 break
             job = queue.pop(0)
-            needs = max(needed_s, earlier.get(job.variant, 0.0))
+            own = took.get(job.variant, max(took.values(), default=0.0))
+            needs = max(needed_s, own, earlier.get(job.variant, 0.0))
             if deadline is not None and deadline - time.time() < needs:
                 job.status = "not started"
                 print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s "

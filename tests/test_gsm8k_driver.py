@@ -633,6 +633,29 @@ def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_jo
         in capsys.readouterr().out
 
 
+def test_a_job_needs_the_time_its_own_recipe_took_once_one_finished(tmp_path, monkeypatch, capsys):
+    """GRPO pass@k took 600 s and GRPO 300 s: with 400 s left a second GRPO job starts (it needs its own recipe's
+    300 s, not pass@k's 600) and a second pass@k job does not."""
+    started, took = [], {"grpo_passk": 600, "grpo": 300}
+
+    def start(job, *rest):
+        started.append(job.name)
+        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
+
+    def finish(job, *rest):
+        job.ended, job.status = job.started + took[job.variant], "done"
+
+    monkeypatch.setattr(driver, "start_job", start)
+    monkeypatch.setattr(driver, "finish_job", finish)
+    args = driver.parse_args(["--runs-per-gpu", "2", "--min-job-s", "150"])
+    jobs = [driver.Job("grpo_passk-seed0", "grpo_passk", 0), driver.Job("grpo-seed0", "grpo", 0),
+            driver.Job("grpo-seed1", "grpo", 1), driver.Job("grpo_passk-seed1", "grpo_passk", 1)]
+    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {})
+    assert started == ["grpo_passk-seed0", "grpo-seed0", "grpo-seed1"] and jobs[3].status == "not started"
+    assert "not starting grpo_passk-seed1: too little time left before --time-limit-s (it needs 600 s, " \
+        in capsys.readouterr().out
+
+
 def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
     from bench.gsm8k_report import crash_reason, steps_made, with_crash_reasons
 
