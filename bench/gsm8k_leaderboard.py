@@ -399,7 +399,7 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
     """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute.
     A queued job starts only with the time it needs left before the deadline: --min-job-s, or the longest
     a job of its recipe in this invocation took to finish every step (of any recipe while none of its own has
-    finished: recipes differ twofold, GRPO pass@k's longer answers against GRPO's), or one of its recipe in an
+    finished: GRPO pass@k's long answers took 625 s a job where GRPO's took 363), or one of its recipe in an
     earlier invocation in --out (the same steps, jobs per GPU and GPUs), if longer (a run stopped short of the
     budget is a weaker row than one not started, which a rerun will make whole)."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
