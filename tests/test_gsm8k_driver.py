@@ -6,6 +6,7 @@
   clean stop: FINISHED, validated, no `run FAILED`), every sampled token counted;
 - bench/gsm8k_leaderboard.py: the jobs, each variant's config under the shared budget, GPU time shares;
 - the whole driver on the tiny model with the HF rollout (test_driver_end_to_end_on_cpu).
+Which queued jobs the driver's time limit starts is in tests/test_leaderboard_time_budget.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -345,41 +345,6 @@ def test_jobs_leave_step_0_to_the_pretrained_evaluation_only_where_it_is_the_sam
     assert "trainer.val_before_train=false" not in command("--eval-before", "--val-samples", "1319", suite="gsm8k")
 
 
-def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatch, capsys):
-    started = []
-    monkeypatch.setattr(driver, "start_job", lambda job, *rest: started.append(job.name))
-    args = driver.parse_args(["--runs-per-gpu", "2", "--min-job-s", "400"])
-    jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 399, {})
-    assert started == [] and [job.status for job in jobs] == ["not started"] * 2
-    assert capsys.readouterr().out.count("too little time left") == 2
-    # Without --min-job-s, the evaluation reserve and one step's time (120 + 90 s) are enough to start.
-    assert driver.parse_args([]).min_job_s is None
-
-
-def test_a_job_is_not_started_with_less_time_left_than_a_finished_job_took(tmp_path, monkeypatch, capsys):
-    """--min-job-s 150, but the first job took 300 s to train every step: with 250 s left the next one,
-    which would be stopped short of the budget, waits for a rerun instead."""
-    started = []
-
-    def start(job, *rest):
-        started.append(job.name)
-        job.started, job.process = time.time() - 300, type("Done", (), {"poll": lambda self: 0})()
-
-    def finish(job, *rest):
-        job.ended, job.status = job.started + 300, "done"
-
-    monkeypatch.setattr(driver, "start_job", start)
-    monkeypatch.setattr(driver, "finish_job", finish)
-    args = driver.parse_args(["--min-job-s", "150", "--runs-per-gpu", "1"])
-    jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 250, {})
-    assert started == ["grpo-seed0"] and [job.status for job in jobs] == ["done", "not started"]
-    expected = (r"not starting ppo-seed0: too little time left before --time-limit-s \(it needs 300 s, 2(49|50) s "
-                r"are left once the final 60 s for stopping and exporting are kept\)")
-    assert re.search(expected, capsys.readouterr().out)
-
-
 def test_only_counted_runs_reach_the_table():
     def run(run_id, recipe, seed, stopped=None, steps=8, total=None):
         tags = {"stopped_by_budget": stopped} if stopped else {}
@@ -591,69 +556,6 @@ def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
     common = driver.run_overrides(args, tmp_path / "data", "file:///store", 2048) + [driver.threads_override(2, 1, 64)]
     command = driver.job_command(driver.Job("grpo-seed0", "grpo", 0), args, common, tmp_path, 1024, None)
     assert load_config("grpo", command[command.index("--") + 1:]).trainer.num_threads == 3
-
-
-def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_job_took(tmp_path, monkeypatch, capsys):
-    """An earlier invocation in --out ran a GRPO pass@k job of 40 steps, 4 a GPU on the same GPUs, in 451 s: with
-    400 s left a new one would be stopped short, so it is not started, while a recipe that took less still starts;
-    other steps, jobs per GPU or GPUs say nothing."""
-    from bench.gsm8k_report import earlier_job_seconds
-
-    def record(name, runs_per_gpu, device, jobs):
-        (tmp_path / "invocations").mkdir(exist_ok=True)
-        (tmp_path / "invocations" / name).write_text(json.dumps(
-            {"runs_per_gpu": runs_per_gpu, "devices": {"0": device, "1": device}, "jobs": jobs}))
-
-    done = {"status": "done", "recipe": "grpo_passk", "steps": 40, "seconds": 451.2}
-    record("a.json", 4, "H200", [done, {**done, "seconds": 300.0}, {**done, "status": "stopped", "seconds": 900},
-                                 {**done, "recipe": None, "seconds": 800}, {**done, "steps": 16, "seconds": 700}])
-    record("b.json", 3, "H200", [{**done, "seconds": 999}])  # another K
-    record("c.json", 4, "H100", [{**done, "seconds": 998}])  # other GPUs
-    record("d.json", 4, "H200", [{**done, "recipe": "gspo", "seconds": 320.0}])
-    assert earlier_job_seconds(tmp_path, 40, 4, {"H200"}) == {"grpo_passk": 451.2, "gspo": 320.0}
-    assert earlier_job_seconds(tmp_path, 80, 4, {"H200"}) == {}
-    started = []
-
-    def start(job, *rest):
-        started.append(job.name)
-        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
-
-    monkeypatch.setattr(driver, "start_job", start)
-    def finish(job, *rest):
-        job.ended, job.status = job.started + 100, "done"
-
-    monkeypatch.setattr(driver, "finish_job", finish)
-    args = driver.parse_args(["--runs-per-gpu", "4", "--min-job-s", "250", "--steps", "40"])
-    jobs = [driver.Job("grpo_passk-seed3", "grpo_passk", 3), driver.Job("gspo-seed3", "gspo", 3),
-            driver.Job("grpo-seed3", "grpo", 3)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {"0": "H200"})
-    # pass@k took 451 s before: not started; GSPO (320 s) and GRPO (no record: --min-job-s) start.
-    assert started == ["gspo-seed3", "grpo-seed3"] and jobs[0].status == "not started"
-    assert "not starting grpo_passk-seed3: too little time left before --time-limit-s (it needs 451 s, " \
-        in capsys.readouterr().out
-
-
-def test_a_job_needs_the_time_its_own_recipe_took_once_one_finished(tmp_path, monkeypatch, capsys):
-    """GRPO pass@k took 600 s and GRPO 300 s: with 400 s left a second GRPO job starts (it needs its own recipe's
-    300 s, not pass@k's 600) and a second pass@k job does not."""
-    started, took = [], {"grpo_passk": 600, "grpo": 300}
-
-    def start(job, *rest):
-        started.append(job.name)
-        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
-
-    def finish(job, *rest):
-        job.ended, job.status = job.started + took[job.variant], "done"
-
-    monkeypatch.setattr(driver, "start_job", start)
-    monkeypatch.setattr(driver, "finish_job", finish)
-    args = driver.parse_args(["--runs-per-gpu", "2", "--min-job-s", "150"])
-    jobs = [driver.Job("grpo_passk-seed0", "grpo_passk", 0), driver.Job("grpo-seed0", "grpo", 0),
-            driver.Job("grpo-seed1", "grpo", 1), driver.Job("grpo_passk-seed1", "grpo_passk", 1)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {})
-    assert started == ["grpo_passk-seed0", "grpo-seed0", "grpo-seed1"] and jobs[3].status == "not started"
-    assert "not starting grpo_passk-seed1: too little time left before --time-limit-s (it needs 600 s, " \
-        in capsys.readouterr().out
 
 
 def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
