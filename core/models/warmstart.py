@@ -8,6 +8,7 @@ first run pays ~a minute and later runs load it with `from_pretrained`.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -61,15 +62,22 @@ def warm_started_model_path(config: WarmStartConfig = WarmStartConfig(), cache_d
 
 
 def cached_model_dir(path: Path, steps: int, train) -> Path:
-    """`path`, after `train() -> (model, tokenizer)` has saved there once."""
+    """`path`, after `train() -> (model, tokenizer)` has saved there once. Processes that start together on an
+    empty cache (two test workers, two leaderboard jobs) take turns on a lock beside it: one trains, the others
+    wait and load its copy, so every run starts from the same file and no one's rename lands on a full dir."""
     if (path / "config.json").exists():
         return path
-    print(f"[warm-start] training the tiny model once ({steps} SFT steps); cached at {path}", flush=True)
-    model, tokenizer = train()
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    os.replace(tmp, path)  # atomic: a concurrent or interrupted run never sees half a model
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (path / "config.json").exists():
+            return path
+        print(f"[warm-start] training the tiny model once ({steps} SFT steps); cached at {path}", flush=True)
+        model, tokenizer = train()
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, path)  # atomic: an interrupted run never leaves half a model at `path`
     return path
 
 
