@@ -273,3 +273,31 @@ def test_candidate_table_row_per_task(tmp_path):
     table = candidate_table(results, read_rows(tmp_path / "test.parquet"), "bash bench/suite_candidates.sh m out.json")
     assert table.startswith("`bash bench/suite_candidates.sh m out.json`")
     assert f"| syllogism | 10 | 0.30 | {share:.2f} |" in table and "| defaults |" in table
+
+
+def test_operator_rows_take_products_first():
+    from core.data.reasoning_gym import operator_row_value
+
+    assert operator_row_value([2, 3, 4], ("+", "*")) == 14
+    assert operator_row_value([2, 3, 4], ("*", "-")) == 2
+    assert operator_row_value([5, 3, 2], ("-", "-")) == 0
+    assert operator_row_value([7], ()) == 7
+
+
+def test_fixed_operators_share_is_the_best_row_of_operators(tmp_path):
+    """Hand-made countdown rows: '+ +' solves 2 of 4 (3+4+5=12, 1+1+1=3), '* -' 1 (2*3-1=5), nothing else more."""
+    from core.data.reasoning_gym import fixed_operators_share
+
+    def row(numbers, target):
+        truth = {"answer": "", "question": "", "metadata": {"numbers": numbers, "target": target}}
+        return {"reward_model": {"ground_truth": json.dumps(truth)}}
+
+    rows = [row([3, 4, 5], 12), row([1, 1, 1], 3), row([2, 3, 1], 5), row([9, 9, 9], 1)]
+    assert fixed_operators_share(rows) == ("+ +", 0.5)
+    assert fixed_operators_share([row([3, 4], 7), row([3, 4, 5], 12)]) is None
+    assert fixed_operators_share([{"reward_model": {"ground_truth": json.dumps({"answer": "x"})}}]) is None
+    _, test_by_task = write_suite(["countdown"], ["countdown.min_numbers=3", "countdown.max_numbers=3",
+                                                  "countdown.max_value=10", "countdown.min_target=1",
+                                                  "countdown.max_target=30", "countdown.operators=[+, -]"],
+                                  tmp_path, size=1, test_size=100, seed=0)
+    assert fixed_operators_share(test_by_task["countdown"]) == ("+ +", 0.44)
