@@ -18,10 +18,11 @@ the question as a whole token (`answer_in_question`), i.e. what copying the righ
 score. fraction_simplification at the open suite's settings gives 21 of its 100 test fractions already in lowest
 terms, so copying the question's fraction scores 0.21. A task that lists its options in the question (syllogism:
 "(Answer Yes or No)") gets 1.00 there, and its constant-answer share is the one to read. This share is only
-printed; nothing is refused on it. For countdown a third: the best share one fixed row of operators solves, put
-between the numbers in the order the question lists them (`fixed_operators_share`): adding all three numbers solves
-44 of the Coder suite's 100 test problems, adding the two numbers 32 of the open suite's (multiplying them 27), so a
-policy that settles on one row scores so much without searching (printed only, as the second).
+printed; nothing is refused on it. For countdown a third: the share one fixed row of operators solves, put between
+the numbers in the order the question lists them (`fixed_operator_shares`; every row above a tenth is printed, the
+best at least): adding all three numbers solves 44 of the Coder suite's 100 test problems, adding the two numbers 32
+of the open suite's and multiplying them 27, so a policy that settles on one row scores so much without searching
+(printed only, as the second).
 
 Generators come from `reasoning-gym` (`pip install reasoning-gym`; https://github.com/open-thought/reasoning-gym).
 """
@@ -197,6 +198,7 @@ def answer_in_question_share(test_rows: list[dict]) -> float:
 
 
 FIXED_OPERATORS = ("+", "-", "*")
+FIXED_OPERATORS_SHOWN_ABOVE = 0.1  # the share above which a shortcut is worth a line, as --max-constant-share
 
 
 def operator_row_value(numbers: list[int], operators: tuple[str, ...]) -> int:
@@ -211,9 +213,9 @@ def operator_row_value(numbers: list[int], operators: tuple[str, ...]) -> int:
     return sum(terms) + sign * product
 
 
-def fixed_operators_share(test_rows: list[dict]) -> tuple[str, float] | None:
-    """(operators, share): the row of +, -, * between the numbers in the question's order that solves the most of
-    `test_rows`, and that share; None for rows without countdown's `numbers` and `target` metadata, or with
+def fixed_operator_shares(test_rows: list[dict]) -> list[tuple[str, float]] | None:
+    """(operators, share) for every row of +, -, * between the numbers in the question's order: the share of
+    `test_rows` it solves, most first. None for rows without countdown's `numbers` and `target` metadata, or with
     different counts of numbers (one row of operators cannot fit them all)."""
     metadata = [json.loads(row["reward_model"]["ground_truth"]).get("metadata", {}) for row in test_rows]
     if not metadata or not all("numbers" in m and "target" in m for m in metadata):
@@ -221,10 +223,10 @@ def fixed_operators_share(test_rows: list[dict]) -> tuple[str, float] | None:
     sizes = {len(m["numbers"]) for m in metadata}
     if len(sizes) != 1:
         return None
-    rows = itertools.product(FIXED_OPERATORS, repeat=sizes.pop() - 1)
-    solved = {ops: sum(operator_row_value(m["numbers"], ops) == m["target"] for m in metadata) for ops in rows}
-    best = max(solved, key=solved.get)
-    return " ".join(best), solved[best] / len(metadata)
+    operator_rows = itertools.product(FIXED_OPERATORS, repeat=sizes.pop() - 1)
+    shares = [(" ".join(ops), sum(operator_row_value(m["numbers"], ops) == m["target"] for m in metadata) / len(metadata))
+              for ops in operator_rows]
+    return sorted(shares, key=lambda item: -item[1])
 
 
 def refuse_constant_answer(task: str, answers: Counter, max_constant_share: float | None) -> None:
@@ -264,9 +266,11 @@ def answer_share_lines(test_by_task: dict[str, list[dict]]) -> list[str]:
         answer, share = most_common_share(answers)
         line = (f"{task}: constant-answer share {share:.2f} (most common test answer {answer[:40]!r}); "
                 f"answer in the question {answer_in_question_share(rows):.2f}")
-        fixed = fixed_operators_share(rows)
+        fixed = fixed_operator_shares(rows)
         if fixed is not None:
-            line += f"; one fixed row of operators ({fixed[0]!r} between the numbers in order) {fixed[1]:.2f}"
+            shown = [fixed[0]] + [item for item in fixed[1:] if item[1] > FIXED_OPERATORS_SHOWN_ABOVE]
+            line += "; one fixed row of operators between the numbers in order: " + ", ".join(
+                f"{ops!r} {share:.2f}" for ops, share in shown)
         if len(answers) <= SMALL_ANSWER_SET:
             line += f"; its {len(answers)} answers: " + ", ".join(f"{a[:40]} {n}" for a, n in answers.most_common())
         lines.append(line)
