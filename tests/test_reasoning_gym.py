@@ -284,7 +284,7 @@ def test_operator_rows_take_products_first():
     assert operator_row_value([7], ()) == 7
 
 
-def test_fixed_operator_shares_rank_the_rows_of_operators(tmp_path, capsys):
+def test_fixed_operator_shares_rank_the_rows_of_operators(tmp_path):
     """Hand-made countdown rows: '+ +' solves 2 of 4 (3+4+5=12, 1+1+1=3), '+ *' and '* -' 1 each (2+3*1=5,
     2*3-1=5), every other row none (9 9 9 makes 1 with no row)."""
     from core.data.reasoning_gym import answer_share_lines, fixed_operator_shares
