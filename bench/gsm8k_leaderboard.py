@@ -401,7 +401,9 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
     a job of its recipe in this invocation took to finish every step (of any recipe while none of its own has
     finished: GRPO pass@k's long answers took 625 s a job where GRPO's took 363), or one of its recipe in an
     earlier invocation in --out (the same steps, jobs per GPU and GPUs), if longer (a run stopped short of the
-    budget is a weaker row than one not started, which a rerun will make whole)."""
+    budget is a weaker row than one not started, which a rerun will make whole). A job too long only by another
+    recipe's time stays queued while one of its own recipe runs, the jobs behind it going first: that one's time
+    decides it."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
     needed_s = args.min_job_s or args.reserve_s + MIN_TRAIN_S
     earlier = earlier_job_seconds(out, args.steps, args.runs_per_gpu, set(devices.values()))  # recipe -> s
@@ -416,6 +418,7 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
         for job in running:
             if deadline is not None and time.time() > deadline + GRACE_S:
                 stop(job)
+        waiting = []  # too long by another recipe's time while one of its own runs: decided when that one ends
         while queue:
             gpu = free_gpus(queue[0].schedule.gpus, running, gpus, args.runs_per_gpu)
             if gpu is None:
@@ -424,6 +427,9 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             own = took.get(job.variant, max(took.values(), default=0.0))
             needs = max(needed_s, own, earlier.get(job.variant, 0.0))
             if deadline is not None and deadline - time.time() < needs:
+                if job.variant not in took and any(other.variant == job.variant for other in running):
+                    waiting.append(job)
+                    continue
                 job.status = "not started"
                 print(f"[{stamp()}] not starting {job.name}: too little time left before --time-limit-s "
                       f"(it needs {needs:.0f} s, {deadline - time.time():.0f} s are left once the final "
@@ -432,6 +438,7 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             job.gpu = gpu
             start_job(job, command_of(job), out, sum(job.gpu == other.gpu for other in running))
             running.append(job)
+        queue[:0] = waiting
         if running and time.time() - beat >= 60:
             beat = time.time()
             parts = [f"{job.name} {last_step(job.log)}" for job in running] + [host.text()]
