@@ -155,6 +155,16 @@ def test_difficulty_values_are_yaml():
         "chain_sum": {"max_terms": 3, "allow_negation": False}}
 
 
+def test_a_difficulty_value_yaml_cannot_read_is_one_line_naming_it():
+    """An unquoted `*` is a YAML alias: the error names the item and says how to quote it, not a ScannerError."""
+    with pytest.raises(TaskError, match=r"^--difficulty 'countdown.operators=\[\+, -, \*\]': '\[\+, -, \*\]' is "
+                                        r"not a YAML value .*quote") as caught:
+        parse_difficulty(["countdown.operators=[+, -, *]"], ["countdown"])
+    assert "\n" not in str(caught.value)
+    assert parse_difficulty(['countdown.operators=[+, -, "*"]'], ["countdown"]) == {
+        "countdown": {"operators": ("+", "-", "*")}}
+
+
 @pytest.mark.parametrize("response, answer", [
     ("thinking... <answer>12</answer> more <answer> 7 </answer>", "7"),
     ("8 - 2 = 6", "6"),

@@ -72,7 +72,12 @@ def parse_difficulty(items: list[str], tasks: list[str]) -> dict[str, dict]:
         fields = sorted(f.name for f in dataclasses.fields(datasets[task][1]) if f.name not in ("seed", "size"))
         if key not in fields:
             raise TaskError(f"--difficulty {item!r}: {task} has no difficulty key {key!r}; its keys are {fields}")
-        value = yaml.safe_load(text)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or type(error).__name__
+            raise TaskError(f"--difficulty {item!r}: {text!r} is not a YAML value ({problem}); quote strings YAML "
+                            "reads otherwise, e.g. operators=[+, -, \"*\"]") from None
         settings[task][key] = tuple(value) if isinstance(value, list) else value
     return settings
 
