@@ -2,6 +2,8 @@
 tasks a suite can use. The generation is real (reasoning-gym); the model's accuracies are given, as `recipezoo eval`
 (tested on its own) would write them."""
 
+import json
+
 import pytest
 
 pytest.importorskip("reasoning_gym")
@@ -35,6 +37,24 @@ def test_the_table_marks_a_task_in_band_only_inside_five_to_fifty_percent_withou
     assert "| yes |" not in lines["products"]       # above the band's top, BAND[1]
     assert "| yes |" not in lines["leg_counting"]   # below its bottom
     assert BAND == (0.05, 0.50)
+
+
+def test_countdown_solved_by_one_fixed_row_of_operators_is_not_in_band():
+    """Ten problems `n + (n+1) + 1`: distinct answers, none in its question, so only the fixed-operator check sees
+    that adding the numbers in order solves every one (the Coder suite's countdown: '+ +' solves 0.44)."""
+    rows = []
+    for n in range(1, 11):
+        numbers, target = [n, n + 1, 1], 2 * n + 2
+        truth = {"answer": f"{n} + {n + 1} + 1", "question": f"Using the numbers {numbers}, make {target}.",
+                 "metadata": {"numbers": numbers, "target": target}}
+        rows.append({"data_source": "reasoning_gym/countdown", "extra_info": {"task": "countdown"},
+                     "reward_model": {"ground_truth": json.dumps(truth)}})
+    record = {"countdown": {"category": "games", "settings": {"min_numbers": 3}}}
+    results = {"protocol": {"generation": {"model": "m", "max_tokens": 256, "rollout": "hf"}},
+               "results": {"reasoning_gym/countdown": {"mean@1": 0.30}}}
+    line = next(line for line in screen_table(results, rows, record, "cmd").splitlines() if "| countdown |" in line)
+    assert constant_answer(rows)[1] == 0.1 and answer_in_question_share(rows) == 0.0
+    assert "| 1.00 |" in line and "| yes |" not in line
 
 
 def test_an_unknown_task_is_named_before_anything_is_written(tmp_path):
