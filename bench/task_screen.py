@@ -1,7 +1,7 @@
 """Screen reasoning-gym's tasks for a suite: each task at its curriculum's easiest level, a model's greedy accuracy
 on it before any RL, beside what a shortcut scores (the most common answer's share; the share of problems whose
-answer is already in the question; for countdown, the share one fixed row of operators between the numbers in order
-solves). A suite wants tasks the model starts on between 5% and 50% (issue 34), with
+answer is already in the question; for countdown and knights_knaves, the share one fixed row of operators or
+pattern of roles solves). A suite wants tasks the model starts on between 5% and 50% (issue 34), with
 open answers; this finds them among all the tasks instead of a handful tried by hand.
 
     python -m bench.task_screen OUT_DIR [--model pypi://SmolLM2-135M-Instruct] [--per-task 40] [--tasks T ...]
@@ -30,7 +30,7 @@ from core.data.reasoning_gym import (
     INSTRUCTION,
     answer_in_question_share,
     constant_answer,
-    fixed_operator_shares,
+    fixed_shortcut,
     registered_tasks,
     test_entries,
     to_row,
@@ -109,23 +109,23 @@ def screen_table(results: dict, test_rows: list[dict], record: dict[str, dict], 
     lines = [f"`{command}`", "",
              f"`{generation['model']}`, greedy, at most {generation['max_tokens']} new tokens, {generation['rollout']} "
              "rollout, each task at its reasoning-gym curriculum's easiest level. *in band*: a start between "
-             f"{BAND[0]:.0%} and {BAND[1]:.0%}, with no shortcut (constant answer, answer in the question, for "
-             f"countdown one fixed row of operators between the numbers in order) scoring more than "
+             f"{BAND[0]:.0%} and {BAND[1]:.0%}, with no shortcut (constant answer, answer in the question, one "
+             f"fixed row of operators for countdown or pattern of roles for knights_knaves) scoring more than "
              f"{MAX_SHORTCUT:.0%}.", "",
              "| category | task | prompts | start accuracy | constant-answer share | answer in question | "
-             "fixed operators | in band | settings |", "|---|---|---:|---:|---:|---:|---:|---|---|"]
+             "fixed pattern | in band | settings |", "|---|---|---:|---:|---:|---:|---:|---|---|"]
     screened = sorted(rows_by_task, key=lambda task: (record[task]["category"], task))
     for task in screened:
         rows = rows_by_task[task]
         accuracy = results["results"][rows[0]["data_source"]]["mean@1"]
         _, constant = constant_answer(rows)
         in_question = answer_in_question_share(rows)
-        operators = fixed_operator_shares(rows)  # None but for countdown
-        fixed = operators[0][1] if operators else 0.0
+        shortcut = fixed_shortcut(rows)  # None but for countdown and knights_knaves
+        fixed = shortcut[1][0][1] if shortcut else 0.0
         in_band = BAND[0] <= accuracy <= BAND[1] and max(constant, in_question, fixed) <= MAX_SHORTCUT
         settings = ", ".join(f"{key}={value}" for key, value in record[task]["settings"].items())
         lines.append(f"| {record[task]['category']} | {task} | {len(rows)} | {accuracy:.2f} | {constant:.2f} | "
-                     f"{in_question:.2f} | {f'{fixed:.2f}' if operators else '—'} | {'yes' if in_band else ''} | "
+                     f"{in_question:.2f} | {f'{fixed:.2f}' if shortcut else '—'} | {'yes' if in_band else ''} | "
                      f"{settings[:160]} |")
     skipped = {task: entry["skipped"] for task, entry in record.items() if "skipped" in entry}
     if skipped:

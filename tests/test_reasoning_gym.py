@@ -316,3 +316,24 @@ def test_fixed_operator_shares_rank_the_rows_of_operators(tmp_path):
     # The open suite's countdown: adding the two numbers solves 0.32, multiplying them 0.27, subtracting 0.18.
     assert answer_share_lines(test_by_task)[0].endswith(
         "one fixed row of operators between the numbers in order: '+' 0.32, '*' 0.27, '-' 0.18")
+
+
+def test_fixed_role_shares_count_each_pattern_of_knights_and_knaves(tmp_path):
+    """Hand-made knights_knaves solutions: knight-knave twice in four, knave-knave and knight-knight once each; then
+    the generator at two people: 'knight knave' is the solution of 30 of its 100 test problems (the docstring's)."""
+    from core.data.reasoning_gym import answer_share_lines, fixed_role_shares, fixed_shortcut
+
+    def row(solution):
+        truth = {"answer": "", "question": "", "metadata": {"names": ["A", "B"], "solution": solution}}
+        return {"reward_model": {"ground_truth": json.dumps(truth)}}
+
+    rows = [row([True, False]), row([False, False]), row([True, False]), row([True, True])]
+    assert fixed_role_shares(rows) == [("knight knave", 0.5), ("knave knave", 0.25), ("knight knight", 0.25)]
+    assert fixed_shortcut(rows)[0].startswith("one fixed pattern of roles")
+    assert fixed_role_shares([{"reward_model": {"ground_truth": json.dumps({"answer": "x"})}}]) is None
+    _, test_by_task = write_suite(["knights_knaves"], ["knights_knaves.n_people=2", "knights_knaves.depth_constraint=2",
+                                                       "knights_knaves.width_constraint=2"],
+                                  tmp_path, size=1, test_size=100, seed=0)
+    assert answer_share_lines(test_by_task)[0].endswith(
+        "one fixed pattern of roles in the order the question names the people: 'knight knave' 0.30, "
+        "'knave knight' 0.29, 'knave knave' 0.23, 'knight knight' 0.18")

@@ -22,7 +22,9 @@ printed; nothing is refused on it. For countdown a third: the share one fixed ro
 the numbers in the order the question lists them (`fixed_operator_shares`; every row above a tenth is printed, the
 best at least): adding all three numbers solves 44 of the Coder suite's 100 test problems, adding the two numbers 32
 of the open suite's and multiplying them 27, so a policy that settles on one row scores so much without searching
-(printed only, as the second).
+(printed only, as the second). For knights_knaves likewise: the share of one fixed pattern of knights and knaves
+in the order the question names the people (`fixed_role_shares`): with two people, "the first a knight, the second
+a knave" is the solution of 30 of 100 test problems, so copying the names and role words in that pattern scores 0.30.
 
 Generators come from `reasoning-gym` (`pip install reasoning-gym`; https://github.com/open-thought/reasoning-gym).
 """
@@ -203,7 +205,7 @@ def answer_in_question_share(test_rows: list[dict]) -> float:
 
 
 FIXED_OPERATORS = ("+", "-", "*")
-FIXED_OPERATORS_SHOWN_ABOVE = 0.1  # the share above which a shortcut is worth a line, as --max-constant-share
+FIXED_SHOWN_ABOVE = 0.1  # the share above which a shortcut is worth a line, as --max-constant-share
 
 
 def operator_row_value(numbers: list[int], operators: tuple[str, ...]) -> int:
@@ -232,6 +234,29 @@ def fixed_operator_shares(test_rows: list[dict]) -> list[tuple[str, float]] | No
     shares = [(" ".join(ops), sum(operator_row_value(m["numbers"], ops) == m["target"] for m in metadata) / len(metadata))
               for ops in operator_rows]
     return sorted(shares, key=lambda item: -item[1])
+
+
+def fixed_role_shares(test_rows: list[dict]) -> list[tuple[str, float]] | None:
+    """(roles, share) for each pattern of knights and knaves, in the order the question names the people, that is
+    the solution of some of `test_rows`, most first. None for rows without knights_knaves' `solution` metadata."""
+    metadata = [json.loads(row["reward_model"]["ground_truth"]).get("metadata", {}) for row in test_rows]
+    if not metadata or not all(isinstance(m.get("solution"), list) for m in metadata):
+        return None
+    patterns = Counter(" ".join("knight" if truthful else "knave" for truthful in m["solution"]) for m in metadata)
+    return [(roles, count / len(metadata)) for roles, count in patterns.most_common()]
+
+
+FIXED_SHORTCUTS = (("one fixed row of operators between the numbers in order", fixed_operator_shares),
+                   ("one fixed pattern of roles in the order the question names the people", fixed_role_shares))
+
+
+def fixed_shortcut(test_rows: list[dict]) -> tuple[str, list[tuple[str, float]]] | None:
+    """(what is fixed, its shares most first) for a task one fixed pattern can answer: countdown, knights_knaves."""
+    for label, shares_of in FIXED_SHORTCUTS:
+        shares = shares_of(test_rows)
+        if shares is not None:
+            return label, shares
+    return None
 
 
 def refuse_constant_answer(task: str, answers: Counter, max_constant_share: float | None) -> None:
@@ -271,11 +296,11 @@ def answer_share_lines(test_by_task: dict[str, list[dict]]) -> list[str]:
         answer, share = most_common_share(answers)
         line = (f"{task}: constant-answer share {share:.2f} (most common test answer {answer[:40]!r}); "
                 f"answer in the question {answer_in_question_share(rows):.2f}")
-        fixed = fixed_operator_shares(rows)
+        fixed = fixed_shortcut(rows)
         if fixed is not None:
-            shown = [fixed[0]] + [item for item in fixed[1:] if item[1] > FIXED_OPERATORS_SHOWN_ABOVE]
-            line += "; one fixed row of operators between the numbers in order: " + ", ".join(
-                f"{ops!r} {share:.2f}" for ops, share in shown)
+            label, shares = fixed
+            shown = [shares[0]] + [item for item in shares[1:] if item[1] > FIXED_SHOWN_ABOVE]
+            line += f"; {label}: " + ", ".join(f"{pattern!r} {share:.2f}" for pattern, share in shown)
         if len(answers) <= SMALL_ANSWER_SET:
             line += f"; its {len(answers)} answers: " + ", ".join(f"{a[:40]} {n}" for a, n in answers.most_common())
         lines.append(line)
