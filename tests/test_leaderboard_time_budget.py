@@ -86,14 +86,25 @@ def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_jo
         in capsys.readouterr().out
 
 
-def test_a_job_needs_the_time_its_own_recipe_took_once_one_finished(tmp_path, monkeypatch, capsys):
-    """GRPO pass@k took 600 s and GRPO 300 s: with 400 s left a second GRPO job starts (it needs its own recipe's
-    300 s, not pass@k's 600) and a second pass@k job does not."""
+class Process:
+    """A job's process that reports it still runs for `polls_running` polls, then that it ended."""
+
+    def __init__(self, polls_running: int):
+        self.polls_running = polls_running
+
+    def poll(self):
+        self.polls_running -= 1
+        return None if self.polls_running >= 0 else 0
+
+
+def run_pass_at_k_and_grpo(tmp_path, monkeypatch, polls_running: dict[str, int]) -> tuple[list, list]:
+    """Two GRPO pass@k jobs and two GRPO jobs, 2 a GPU, 400 s left: pass@k's take 600 s, GRPO's 300 s, each
+    ending at its first poll or after `polls_running[name]` polls. Returns (the names started, the jobs)."""
     started, took = [], {"grpo_passk": 600, "grpo": 300}
 
     def start(job, *rest):
         started.append(job.name)
-        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
+        job.started, job.process = time.time(), Process(polls_running.get(job.name, 0))
 
     def finish(job, *rest):
         job.ended, job.status = job.started + took[job.variant], "done"
@@ -104,6 +115,13 @@ def test_a_job_needs_the_time_its_own_recipe_took_once_one_finished(tmp_path, mo
     jobs = [driver.Job("grpo_passk-seed0", "grpo_passk", 0), driver.Job("grpo-seed0", "grpo", 0),
             driver.Job("grpo-seed1", "grpo", 1), driver.Job("grpo_passk-seed1", "grpo_passk", 1)]
     driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {})
+    return started, jobs
+
+
+def test_a_job_needs_the_time_its_own_recipe_took_once_one_finished(tmp_path, monkeypatch, capsys):
+    """GRPO pass@k took 600 s and GRPO 300 s: with 400 s left a second GRPO job starts (it needs its own recipe's
+    300 s, not pass@k's 600) and a second pass@k job does not."""
+    started, jobs = run_pass_at_k_and_grpo(tmp_path, monkeypatch, {})
     assert started == ["grpo_passk-seed0", "grpo-seed0", "grpo-seed1"] and jobs[3].status == "not started"
     assert "not starting grpo_passk-seed1: too little time left before --time-limit-s (it needs 600 s, " \
         in capsys.readouterr().out
@@ -113,29 +131,7 @@ def test_a_job_too_long_by_another_recipes_time_waits_for_its_own_running_one(tm
     """GRPO pass@k finished first (600 s) while GRPO's first job still ran: with 400 s left the second GRPO job,
     too long only by pass@k's time, waits in the queue (pass@k's second job, behind it, is decided at once: not
     started) and starts once its own recipe's job finished in 300 s. The old driver dropped it."""
-    started, took = [], {"grpo_passk": 600, "grpo": 300}
-
-    class Process:
-        def __init__(self, polls_running):
-            self.polls_running = polls_running
-
-        def poll(self):
-            self.polls_running -= 1
-            return None if self.polls_running >= 0 else 0
-
-    def start(job, *rest):
-        started.append(job.name)
-        job.started, job.process = time.time(), Process(2 if job.name == "grpo-seed0" else 0)
-
-    def finish(job, *rest):
-        job.ended, job.status = job.started + took[job.variant], "done"
-
-    monkeypatch.setattr(driver, "start_job", start)
-    monkeypatch.setattr(driver, "finish_job", finish)
-    args = driver.parse_args(["--runs-per-gpu", "2", "--min-job-s", "150"])
-    jobs = [driver.Job("grpo_passk-seed0", "grpo_passk", 0), driver.Job("grpo-seed0", "grpo", 0),
-            driver.Job("grpo-seed1", "grpo", 1), driver.Job("grpo_passk-seed1", "grpo_passk", 1)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {})
+    started, jobs = run_pass_at_k_and_grpo(tmp_path, monkeypatch, {"grpo-seed0": 2})
     assert started == ["grpo_passk-seed0", "grpo-seed0", "grpo-seed1"]
     assert [job.status for job in jobs] == ["done", "done", "done", "not started"]
     assert "not starting grpo-seed1" not in capsys.readouterr().out
