@@ -63,8 +63,8 @@ OPEN_SUITE_TASKS = (
 # reasoning-gym-coder: the settings of results/reasoning_gym_open/candidates/coder-hard-screen.md, where
 # Qwen2.5-Coder-0.5B-Instruct started at 0.10-0.44 greedy on each task's 100 test problems (vLLM CPU, fp32), no answer
 # above 10% of them. Arithmetic, algebra and a game; no logic task: the Coder starts at 0 on knights_knaves, aiw's easier
-# settings give one answer to a quarter or more of their problems, and the other logic tasks fail the screen's shortcut
-# or size checks (candidates/screen-*.md).
+# settings give one answer to a quarter or more of their problems and its harder ones start at 0, and the other logic
+# tasks fail the screen's shortcut or size checks (candidates/README.md, candidates/screen-*.md).
 CODER_SUITE_TASKS = (
     ("basic_arithmetic", ("min_terms=3", "max_terms=3", "max_digits=2", "operators=[+, -]", "allow_negation=false",
                           "allow_parentheses=false")),
