@@ -297,7 +297,7 @@ def test_operator_rows_take_products_first():
 def test_fixed_operator_shares_rank_the_rows_of_operators(tmp_path):
     """Hand-made countdown rows: '+ +' solves 2 of 4 (3+4+5=12, 1+1+1=3), '+ *' and '* -' 1 each (2+3*1=5,
     2*3-1=5), every other row none (9 9 9 makes 1 with no row)."""
-    from core.data.reasoning_gym import answer_share_lines, fixed_operator_shares
+    from core.data.reasoning_gym import answer_share_lines, fixed_operator_shares, some_operator_row_share
 
     def row(numbers, target):
         truth = {"answer": "", "question": "", "metadata": {"numbers": numbers, "target": target}}
@@ -307,6 +307,7 @@ def test_fixed_operator_shares_rank_the_rows_of_operators(tmp_path):
     shares = fixed_operator_shares(rows)
     assert shares[0] == ("+ +", 0.5) and set(shares[1:3]) == {("+ *", 0.25), ("* -", 0.25)}
     assert len(shares) == 9 and {share for _, share in shares[3:]} == {0.0}
+    assert some_operator_row_share(rows) == 0.75  # all but 9 9 9
     assert fixed_operator_shares([row([3, 4], 7), row([3, 4, 5], 12)]) is None
     assert fixed_operator_shares([{"reward_model": {"ground_truth": json.dumps({"answer": "x"})}}]) is None
     _, test_by_task = write_suite(["countdown"], ["countdown.min_numbers=2", "countdown.max_numbers=2",
@@ -315,7 +316,7 @@ def test_fixed_operator_shares_rank_the_rows_of_operators(tmp_path):
                                   tmp_path, size=1, test_size=100, seed=0)
     # The open suite's countdown: adding the two numbers solves 0.32, multiplying them 0.27, subtracting 0.18.
     assert answer_share_lines(test_by_task)[0].endswith(
-        "one fixed row of operators between the numbers in order: '+' 0.32, '*' 0.27, '-' 0.18")
+        "one fixed row of operators between the numbers in order: '+' 0.32, '*' 0.27, '-' 0.18 (some row 0.76)")
 
 
 def test_fixed_role_shares_count_each_pattern_of_knights_and_knaves(tmp_path):
