@@ -5,7 +5,7 @@ pattern of roles solves). A suite wants tasks the model starts on between 5% and
 open answers; this finds them among all the tasks instead of a handful tried by hand.
 
     python -m bench.task_screen OUT_DIR [--model pypi://SmolLM2-135M-Instruct] [--per-task 40] [--tasks T ...]
-        [--rollout hf] [--device cpu] [--batch-size 16]
+        [--rollout hf] [--device cpu] [--batch-size 16] [--from-eval EARLIER/eval.json]
 
 writes OUT_DIR/test.parquet (per task the first --per-task distinct test problems, seed 0, the suites' instruction),
 OUT_DIR/settings.json (each task's settings, or why it was skipped), OUT_DIR/eval.json (`recipezoo eval`) and
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,7 +143,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rollout", default="hf")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--from-eval", type=Path, help="an earlier screen's eval.json: rebuild screen.md from it "
+                        "instead of generating (the same --model, --tasks and --per-task draw the same problems)")
     return parser.parse_args(argv)
+
+
+def check_earlier_eval(path: Path, results: dict, model: str, test_rows: list[dict]) -> None:
+    """--from-eval must be of this model and these problems: one line naming what differs."""
+    if results["protocol"]["generation"]["model"] != model:
+        raise SystemExit(f"--from-eval {path}: model {results['protocol']['generation']['model']!r}, not --model "
+                         f"{model!r}")
+    prompts = defaultdict(int)
+    for row in test_rows:
+        prompts[row["data_source"]] += 1
+    for source, count in prompts.items():
+        had = results["results"].get(source, {}).get("num_prompts")
+        if had != count:
+            raise SystemExit(f"--from-eval {path}: {source} has {had} prompts there and {count} here; expected the "
+                             "screen's own --tasks and --per-task")
 
 
 def main(argv: list[str]) -> int:
@@ -155,11 +173,16 @@ def main(argv: list[str]) -> int:
     tokenizer = load_tokenizer(resolve_model_path(args.model))
     record = write_screen_data(tasks, args.per_task, args.out, lambda row: len(tokenizer(tokenizer.apply_chat_template(
         row["prompt"], tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]))
-    subprocess.run([sys.executable, "-m", "core.cli", "eval", "--model", args.model, "--data",
-                    str(args.out / "test.parquet"), "--temperature", "0", "--max-tokens", "256", "--max-prompt-length",
-                    str(MAX_PROMPT_TOKENS), "--rollout",
-                    args.rollout, "--device", args.device, "--batch-size", str(args.batch_size), "--no-mlflow",
-                    "--out", str(args.out / "eval.json")], check=True)
+    if args.from_eval:
+        check_earlier_eval(args.from_eval, json.loads(args.from_eval.read_text()), args.model,
+                           read_rows(args.out / "test.parquet"))
+        shutil.copyfile(args.from_eval, args.out / "eval.json")
+    else:
+        subprocess.run([sys.executable, "-m", "core.cli", "eval", "--model", args.model, "--data",
+                        str(args.out / "test.parquet"), "--temperature", "0", "--max-tokens", "256",
+                        "--max-prompt-length", str(MAX_PROMPT_TOKENS), "--rollout", args.rollout, "--device",
+                        args.device, "--batch-size", str(args.batch_size), "--no-mlflow", "--out",
+                        str(args.out / "eval.json")], check=True)
     command = "python -m bench.task_screen " + " ".join(argv)
     table = screen_table(json.loads((args.out / "eval.json").read_text()), read_rows(args.out / "test.parquet"),
                          record, command)

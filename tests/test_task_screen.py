@@ -76,3 +76,27 @@ def test_a_task_with_few_distinct_questions_is_screened_on_its_test_problems_alo
     record = write_screen_data(["products"], 40, tmp_path)
     assert "settings" in record["products"]
     assert len(read_rows(tmp_path / "test.parquet")) == 40
+
+
+def test_from_eval_rebuilds_the_table_without_generating_and_refuses_another_screens_eval(tmp_path):
+    """--from-eval reads an earlier screen's eval.json for the same problems (here written by hand: no model runs)
+    and writes screen.md with today's columns; one of another model or problem count is refused in one line."""
+    earlier = tmp_path / "earlier.json"
+
+    def write_eval(model, prompts):
+        earlier.write_text(json.dumps({
+            "protocol": {"generation": {"model": model, "max_tokens": 256, "rollout": "vllm"}},
+            "results": {"reasoning_gym/leg_counting": {"mean@1": 1 / 3, "num_prompts": prompts}}}))
+
+    argv = [str(tmp_path / "out"), "--model", "embedded://tiny-arith", "--tasks", "leg_counting", "--per-task", "3",
+            "--from-eval", str(earlier)]
+    write_eval("embedded://tiny-arith", 3)
+    assert main(argv) == 0
+    table = (tmp_path / "out" / "screen.md").read_text()
+    assert "| leg_counting | 3 | 0.33 |" in table and "fixed pattern" in table
+    write_eval("embedded://tiny-arith", 40)
+    with pytest.raises(SystemExit, match=r"reasoning_gym/leg_counting has 40 prompts there and 3 here"):
+        main(argv)
+    write_eval("pypi://SmolLM2-135M-Instruct", 3)
+    with pytest.raises(SystemExit, match=r"model 'pypi://SmolLM2-135M-Instruct', not --model 'embedded://tiny-arith'"):
+        main(argv)
