@@ -144,7 +144,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--from-eval", type=Path, help="an earlier screen's eval.json: rebuild screen.md from it "
-                        "instead of generating (the same --model, --tasks and --per-task draw the same problems)")
+                        "instead of generating (the same --model, --tasks and --per-task redraw the same problems while "
+                        "the generators and this screen's draw are unchanged; eval.json keeps no copy of them, so only "
+                        "the model and the counts are checked)")
     return parser.parse_args(argv)
 
 
