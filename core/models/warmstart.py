@@ -8,7 +8,6 @@ first run pays ~a minute and later runs load it with `from_pretrained`.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
+from core.file_lock import exclusive_file_lock
 from core.models import arithmetic
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
 
@@ -67,9 +67,7 @@ def cached_model_dir(path: Path, steps: int, train) -> Path:
     wait and load its copy, so every run starts from the same file and no one's rename lands on a full dir."""
     if (path / "config.json").exists():
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive_file_lock(path.with_name(path.name + ".lock")):
         if (path / "config.json").exists():
             return path
         print(f"[warm-start] training the tiny model once ({steps} SFT steps); cached at {path}", flush=True)

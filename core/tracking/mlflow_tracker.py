@@ -32,6 +32,7 @@ import yaml
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
+from core.file_lock import exclusive_file_lock
 from core.tracking.metrics import as_float
 from core.tracking.run_status import exit_status
 
@@ -83,17 +84,8 @@ def store_init_lock(uri: str) -> Iterator[None]:
         yield
         return
     db_path.parent.mkdir(parents=True, exist_ok=True)  # sqlite will not create directories
-    try:
-        import fcntl
-    except ImportError:  # Windows: no flock; parallel first runs there must be staggered
+    with exclusive_file_lock(Path(f"{db_path}.lock")):
         yield
-        return
-    with open(f"{db_path}.lock", "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
 def safe_key(key: Any) -> str:
