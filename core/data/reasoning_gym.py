@@ -222,31 +222,38 @@ def operator_row_value(numbers: list[int], operators: tuple[str, ...]) -> int:
     return sum(terms) + sign * product
 
 
-def fixed_operator_shares(test_rows: list[dict]) -> list[tuple[str, float]] | None:
-    """(operators, share) for every row of +, -, * between the numbers in the question's order: the share of
-    `test_rows` it solves, most first. None for rows without countdown's `numbers` and `target` metadata, or with
-    different counts of numbers (one row of operators cannot fit them all)."""
+def countdown_metadata(test_rows: list[dict]) -> list[dict] | None:
+    """Each row's countdown metadata (`numbers`, `target`), or None for rows without it or with different counts
+    of numbers (one row of operators cannot fit them all)."""
     metadata = [json.loads(row["reward_model"]["ground_truth"]).get("metadata", {}) for row in test_rows]
     if not metadata or not all("numbers" in m and "target" in m for m in metadata):
         return None
-    sizes = {len(m["numbers"]) for m in metadata}
-    if len(sizes) != 1:
+    return metadata if len({len(m["numbers"]) for m in metadata}) == 1 else None
+
+
+def operator_rows_solving(metadata: list[dict]) -> dict[tuple[str, ...], list[bool]]:
+    """Every row of +, -, * between the numbers in order -> whether it solves each problem."""
+    rows = itertools.product(FIXED_OPERATORS, repeat=len(metadata[0]["numbers"]) - 1)
+    return {ops: [operator_row_value(m["numbers"], ops) == m["target"] for m in metadata] for ops in rows}
+
+
+def fixed_operator_shares(test_rows: list[dict]) -> list[tuple[str, float]] | None:
+    """(operators, share) for every row of +, -, * between the numbers in the question's order: the share of
+    `test_rows` it solves, most first. None where countdown_metadata is None."""
+    metadata = countdown_metadata(test_rows)
+    if metadata is None:
         return None
-    operator_rows = itertools.product(FIXED_OPERATORS, repeat=sizes.pop() - 1)
-    shares = [(" ".join(ops), sum(operator_row_value(m["numbers"], ops) == m["target"] for m in metadata) / len(metadata))
-              for ops in operator_rows]
+    shares = [(" ".join(ops), sum(solved) / len(solved)) for ops, solved in operator_rows_solving(metadata).items()]
     return sorted(shares, key=lambda item: -item[1])
 
 
 def some_operator_row_share(test_rows: list[dict]) -> float | None:
     """The share of countdown's `test_rows` that some row of +, -, * between the numbers in order solves: the
-    problems a policy searching only those rows can answer. None where fixed_operator_shares gives None."""
-    shares = fixed_operator_shares(test_rows)
-    if shares is None:
+    problems a policy searching only those rows can answer. None where countdown_metadata is None."""
+    metadata = countdown_metadata(test_rows)
+    if metadata is None:
         return None
-    metadata = [json.loads(row["reward_model"]["ground_truth"])["metadata"] for row in test_rows]
-    rows = [tuple(ops.split()) for ops, _ in shares]
-    return sum(any(operator_row_value(m["numbers"], ops) == m["target"] for ops in rows) for m in metadata) / len(metadata)
+    return sum(map(any, zip(*operator_rows_solving(metadata).values()))) / len(metadata)
 
 
 def fixed_role_shares(test_rows: list[dict]) -> list[tuple[str, float]] | None:
