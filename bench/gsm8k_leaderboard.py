@@ -74,6 +74,7 @@ from bench.gsm8k_report import (  # noqa: E402
     steps_made,
     summary_line,
     tag_gpu_time,
+    time_needed_s,
 )
 from bench.leaderboard_gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
 from bench.leaderboard_host import HostMemory  # noqa: E402
@@ -397,24 +398,26 @@ def stop(job: Job) -> None:
 def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], command_of, deadline: float | None,
              devices: dict[str, str]) -> None:
     """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute.
-    A queued job starts only with the time it needs left before the deadline: --min-job-s, or the longest
-    a job of its recipe in this invocation took to finish every step (of any recipe while none of its own has
-    finished: GRPO pass@k's long answers took 625 s a job where GRPO's took 363), or one of its recipe in an
-    earlier invocation in --out (the same steps, jobs per GPU and GPUs), if longer (a run stopped short of the
+    A queued job starts only with the time it needs left before the deadline: --min-job-s, or the most a job of
+    its recipe in this invocation needed to finish every step (of any recipe while none of its own has finished:
+    GRPO pass@k's long answers took 625 s a job where GRPO's took 363), or one of its recipe in an earlier
+    invocation in --out (the same steps, jobs per GPU and GPUs), if more; a job needs its time up to its
+    evaluation plus --reserve-s, as training stops that long before the deadline (time_needed_s) (a run stopped short of the
     budget is a weaker row than one not started, which a rerun will make whole). A job too long only by another
     recipe's time stays queued while one of its own recipe runs, the jobs behind it going first: that one's time
     decides it."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
     needed_s = args.min_job_s or args.reserve_s + MIN_TRAIN_S
-    earlier = earlier_job_seconds(out, args.steps, args.runs_per_gpu, set(devices.values()))  # recipe -> s
-    took: dict[str, float] = {}  # recipe -> its longest finished job here
+    earlier = earlier_job_seconds(out, args.steps, args.runs_per_gpu, set(devices.values()), args.reserve_s)
+    took: dict[str, float] = {}  # recipe -> the most time a finished job of it here needed (time_needed_s)
     while queue or running:
         host.sample()
         for job in [job for job in running if job.process.poll() is not None]:
             running.remove(job)
             finish_job(job, jobs, out, uri, devices, SUITES[args.suite].experiment, host)
             if job.status == "done" and job.variant is not None:
-                took[job.variant] = max(took.get(job.variant, 0.0), job.ended - job.started)
+                needed = time_needed_s(job.ended - job.started, job.summary.get("eval_s"), args.reserve_s)
+                took[job.variant] = max(took.get(job.variant, 0.0), needed)
         for job in running:
             if deadline is not None and time.time() > deadline + GRACE_S:
                 stop(job)

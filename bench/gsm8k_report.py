@@ -169,16 +169,27 @@ def with_crash_reasons(record: dict, out: Path) -> dict:
     return record
 
 
-def earlier_job_seconds(out: Path, steps: int, runs_per_gpu: int, device_names: set[str]) -> dict[str, float]:
-    """Per recipe, the longest a training job of an earlier invocation in `out` took to finish all its `steps`
-    with as many jobs per GPU on the same kind of GPUs: what a job of that recipe will need again."""
+def time_needed_s(seconds: float, eval_s: float | None, reserve_s: float) -> float:
+    """What a job like one that took `seconds`, `eval_s` of them evaluating, needs left before the deadline to
+    train every step: gsm8k_run stops training --reserve-s before the deadline, however soon its evaluation ends,
+    so the job needs its time up to the evaluation plus the reserve (its whole time where the evaluation took longer).
+    A GSPO job of 361 s with a 69 s evaluation needs 532 s under --reserve-s 240, not 361."""
+    return seconds if not eval_s else max(seconds, seconds - eval_s + reserve_s)
+
+
+def earlier_job_seconds(out: Path, steps: int, runs_per_gpu: int, device_names: set[str],
+                        reserve_s: float = 0.0) -> dict[str, float]:
+    """Per recipe, the most time a training job of an earlier invocation in `out` that finished all its `steps`
+    with as many jobs per GPU on the same kind of GPUs needed before the deadline (time_needed_s under
+    `reserve_s`): what a job of that recipe will need again."""
     longest: dict[str, float] = {}
     for record in invocation_records(out):
         if record.get("runs_per_gpu") != runs_per_gpu or set(record.get("devices", {}).values()) != device_names:
             continue
         for job in record["jobs"]:
             if job["status"] == "done" and job.get("recipe") and job.get("steps") == steps and job.get("seconds"):
-                longest[job["recipe"]] = max(longest.get(job["recipe"], 0.0), job["seconds"])
+                needed = time_needed_s(job["seconds"], job.get("eval_s"), reserve_s)
+                longest[job["recipe"]] = max(longest.get(job["recipe"], 0.0), needed)
     return longest
 
 

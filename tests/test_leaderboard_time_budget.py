@@ -135,3 +135,35 @@ def test_a_job_too_long_by_another_recipes_time_waits_for_its_own_running_one(tm
     assert started == ["grpo_passk-seed0", "grpo-seed0", "grpo-seed1"]
     assert [job.status for job in jobs] == ["done", "done", "done", "not started"]
     assert "not starting grpo-seed1" not in capsys.readouterr().out
+
+
+def test_a_job_needs_its_time_up_to_its_evaluation_plus_the_reserve(tmp_path, monkeypatch, capsys):
+    """Training stops --reserve-s before the deadline, however short the evaluation: a GSPO job of 361 s whose
+    evaluation took 69 s needs 361 - 69 + 240 = 532 s left under --reserve-s 240. With 450 s left a Dr.GRPO job
+    (costed at GSPO's time) is not started; the old driver started it on 361 s and its training was stopped at
+    50-57 of 64 steps. An earlier invocation's job is costed the same way."""
+    from bench.gsm8k_report import earlier_job_seconds, time_needed_s
+
+    assert time_needed_s(361, 69, 240) == 532 and time_needed_s(361, 300, 240) == 361
+    assert time_needed_s(361, None, 240) == 361
+    started = []
+
+    def start(job, *rest):
+        started.append(job.name)
+        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
+
+    def finish(job, *rest):
+        job.ended, job.status, job.summary = job.started + 361, "done", {"eval_s": 69.0}
+
+    monkeypatch.setattr(driver, "start_job", start)
+    monkeypatch.setattr(driver, "finish_job", finish)
+    args = driver.parse_args(["--runs-per-gpu", "1", "--min-job-s", "150", "--reserve-s", "240"])
+    jobs = [driver.Job("gspo-seed1", "gspo", 1), driver.Job("drgrpo-seed1", "drgrpo", 1)]
+    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 450, {})
+    assert started == ["gspo-seed1"] and jobs[1].status == "not started"
+    assert "not starting drgrpo-seed1: too little time left before --time-limit-s (it needs 532 s, " \
+        in capsys.readouterr().out
+    (tmp_path / "invocations").mkdir()
+    (tmp_path / "invocations" / "a.json").write_text(json.dumps({"runs_per_gpu": 1, "devices": {"0": "H200"}, "jobs": [
+        {"status": "done", "recipe": "gspo", "steps": 64, "seconds": 361.0, "eval_s": 69.0}]}))
+    assert earlier_job_seconds(tmp_path, 64, 1, {"H200"}, 240) == {"gspo": 532.0}
