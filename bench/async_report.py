@@ -150,8 +150,27 @@ def folder_section(folder: Path, runs: list[dict]) -> list[str]:
             busy_cell(run, summary["busy"]), staleness_cell(summary["staleness"])]))
         if summary["speed_up"] and summary["speed_up"] < 1:
             slower.append(f"- {run['name']}: a step takes {1 / summary['speed_up']:.2f}× sync's; its panel of "
-                          "the timeline shows where its devices wait.")
+                          f"the timeline shows where its devices wait.{stages_note(run, sync)}")
     return lines + ([""] + slower if slower else []) + [""]
+
+
+def stage_seconds(run: dict) -> dict[str, float]:
+    """Mean seconds a measured step spends in generation (in the background for an off-policy schedule), old
+    log-probs and the update: each stage's own clock, so stages that overlap each count in full."""
+    metrics = [run["steps"][str(step)] for step in measured_steps(run)]
+    generation = "timing_s/gen_background" if any(m.get("timing_s/gen_background") for m in metrics) else "timing_s/gen"
+    keys = {"generation": generation, "old log-probs": "timing_s/old_log_prob", "update": "timing_s/update_actor"}
+    return {stage: statistics.mean(m.get(key, 0.0) for m in metrics) for stage, key in keys.items()}
+
+
+def stages_note(run: dict, sync: dict | None) -> str:
+    """Each stage's time beside sync's where they overlap on shared devices: a stage that takes longer beside
+    another than alone shows the two sharing a device that was already busy, not filling its idle time."""
+    if sync is None or run["placement"] != "colocated":
+        return ""
+    ours, alone = stage_seconds(run), stage_seconds(sync)
+    cells = ", ".join(f"{stage} {ours[stage]:.3g} s (sync {alone[stage]:.3g})" for stage in ours)
+    return f" Its stages, each on its own clock, overlapping: {cells}."
 
 
 def typical_step(run: dict) -> dict:

@@ -118,6 +118,26 @@ def test_a_run_the_time_limit_stopped_is_measured_on_its_steps_and_says_so():
     assert async_report.steps_cell(SYNC) == "2-3"  # the jsons of suites before the key
 
 
+def test_the_stages_of_a_colocated_off_policy_run_read_against_syncs_by_hand():
+    """Generation in the background (its own metric) beside sync's generation, over the steady steps 2-3: a
+    colocated schedule whose stages each take longer than alone shares a device that was already busy."""
+    def timed(run, stages):
+        steps = {step: {**metrics, **{f"timing_s/{key}": value for key, value in stages[step].items()}}
+                 for step, metrics in run["steps"].items()}
+        return {**run, "steps": steps}
+
+    sync = timed(SYNC, {"1": {"gen": 9.0}, "2": {"gen": 4.0, "old_log_prob": 1.0, "update_actor": 5.0},
+                        "3": {"gen": 4.0, "old_log_prob": 1.0, "update_actor": 5.0}})
+    off = timed({**SYNC, "name": "one_step_off", "schedule": "one_step_off"},
+                {"1": {"gen": 9.0}, "2": {"gen": 0.0, "gen_background": 7.0, "old_log_prob": 2.0, "update_actor": 6.0},
+                 "3": {"gen": 0.0, "gen_background": 9.0, "old_log_prob": 2.0, "update_actor": 8.0}})
+    off["timeline"] = {**off["timeline"], "steps": off["timeline"]["steps"] + [{"step": 4, "start": 30, "end": 40}]}
+    assert async_report.stage_seconds(sync) == {"generation": 4.0, "old log-probs": 1.0, "update": 5.0}
+    assert async_report.stages_note(off, sync) == (" Its stages, each on its own clock, overlapping: generation 8 s "
+                                                   "(sync 4), old log-probs 2 s (sync 1), update 7 s (sync 5).")
+    assert async_report.stages_note(ASYNC, sync) == ""  # disaggregated: its stages run on other devices
+
+
 def test_a_split_the_node_cannot_hold_is_refused_before_anything_runs(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(SystemExit) as info:
