@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import math
+import subprocess
+import tarfile
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -10,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from core.tracking.archive_commit import archive_commit
 from core.tracking.console import ConsoleLogger, format_duration
 from core.tracking.metrics import as_float, reduce_metrics, timed
 from core.tracking.mlflow_tracker import MLflowTracker, normalize_tracking_uri, store_init_lock
@@ -55,7 +61,7 @@ def test_run_records_config_provenance_and_metric_history(store_uri):
     assert params["wide.k149"] == "149"
     assert len(params["data.prompt_template"]) == 6000
     assert params["data.prompt_template"].endswith("...[truncated]")
-    assert tags["seed"] == "7" and tags["git_commit"] == "unknown"
+    assert tags["seed"] == "7" and tags["git_commit"] == (archive_commit() or "unknown")  # outside a checkout
     assert {"version.python", "version.torch", "version.mlflow", "hostname", "command"} <= set(tags)
 
     history = client.get_metric_history(tracker.run_id, "critic/score/mean")
@@ -205,3 +211,21 @@ def test_exit_status_is_killed_for_ctrl_c_and_failed_for_other_errors():
     assert exit_status(None) == "FINISHED"
     assert exit_status(KeyboardInterrupt) == "KILLED"
     assert exit_status(ValueError) == "FAILED"
+
+
+def test_a_source_archive_names_its_commit_outside_a_checkout(tmp_path):
+    """`git archive` writes HEAD into core/tracking/archive_commit.py (export-subst): a run started from the
+    unpacked tree, which no git command can ask, still records the commit its code came from."""
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / ".git").exists():
+        pytest.skip("needs a git checkout to archive")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+    archive = subprocess.run(["git", "archive", "HEAD", "core/tracking/archive_commit.py"], cwd=repo,
+                             capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as unpacking:
+        unpacking.extractall(tmp_path, filter="data")
+    spec = importlib.util.spec_from_file_location("unpacked", tmp_path / "core/tracking/archive_commit.py")
+    unpacked = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(unpacked)
+    assert unpacked.archive_commit() == head.stdout.strip()
+    assert archive_commit() is None  # this checkout: the placeholder, and git answers

@@ -33,6 +33,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
 from core.file_lock import exclusive_file_lock
+from core.tracking.archive_commit import archive_commit
 from core.tracking.metrics import as_float
 from core.tracking.run_status import exit_status
 
@@ -120,7 +121,8 @@ def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, str
 
 
 def git_commit(cwd: str | Path | None = None) -> str:
-    """HEAD of the repo at `cwd`, `-dirty` if tracked files changed, `unknown` outside a repo.
+    """HEAD of the repo at `cwd`, `-dirty` if tracked files changed; outside a repo, the commit a `git archive` of
+    this source was made from (archive_commit: whether files changed after it cannot be told), else `unknown`.
 
     Untracked files do not count (as in `git describe --dirty`): outputs such as mlflow.db
     would otherwise mark every run dirty. GIT_OPTIONAL_LOCKS=0 keeps `git status` read-only,
@@ -138,7 +140,7 @@ def git_commit(cwd: str | Path | None = None) -> str:
 
     head = git("rev-parse", "HEAD")
     if head is None or head.returncode != 0:
-        return "unknown"
+        return archive_commit() or "unknown"
     status = git("status", "--porcelain", "--untracked-files=no")
     dirty = status is None or status.returncode != 0 or bool(status.stdout.strip())
     return head.stdout.strip() + ("-dirty" if dirty else "")
