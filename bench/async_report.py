@@ -36,8 +36,11 @@ GPU_COMMANDS = {  # what makes the GPU folders (issue 38's splits), random-init 
               "actor.micro_batch_size=16 --disaggregated-overrides actor.cpu_offload=true",
     "4 H200s": "bash bench/async_suite.sh --model bench/configs/qwen3-8b --splits 2+2 1+3 --prompts 96 "
               "--out results/async/4gpu actor.expandable_segments=true",
-    # One GPU holds no 8B training state beside an engine: Qwen3-1.7B, colocated schedules only (the dry run's
-    # estimate: one_step_off's update with the engine awake 77.4 GiB, 55% of an H200).
+    # One GPU holds no 8B training state beside an engine: Qwen3-1.7B, colocated schedules only. Memory per H200,
+    # `python bench/scale_plan.py --recipes grpo --controllers torchrun --gpus 1 --full-gpus --config-dir
+    # bench/configs/qwen3-1.7b --tag T data.train_batch_size=64 rollout.n=5 actor.ppo_mini_batch_size=32
+    # data.max_response_length=1024 trainer.schedule=S`: sync 78.2 GiB (generation), one_step_off 96.2 (the update
+    # beside the awake engine); measured 77.1 and 100.7.
     "1 H200 (Qwen3-1.7B)": "bash bench/async_suite.sh --model bench/configs/qwen3-1.7b --schedules sync one_step_off "
                            "--gpus 1 --controller local --prompts 64 --out results/async/1gpu_1.7b "
                            "actor.expandable_segments=true",
@@ -120,6 +123,15 @@ def staleness_cell(shares: dict[int, float]) -> str:
     return ", ".join(f"{versions}: {share:.0%}" for versions, share in shares.items() if share > 0) or "–"
 
 
+def memory_cell(run: dict) -> str:
+    """Each GPU's peak as nvidia-smi counts it (whatever held it: engine, training state, caches), and of how much
+    where the json has the totals (suites before the key: the peaks alone); none on a CPU."""
+    peaks, totals = run.get("peak_memory_gib") or [], run.get("memory_total_gib") or []
+    if not peaks:
+        return "–"
+    return " / ".join(number_cell(peak) for peak in peaks) + (f" of {number_cell(max(totals))}" if totals else "")
+
+
 def overrides_note(run: dict) -> str:
     """The suite's overrides beyond its settings: they are part of what each row measured."""
     notes = [(" Every run also with", run["extra_overrides"]), (" The async runs also with", run["disaggregated_overrides"])]
@@ -139,6 +151,7 @@ def folder_section(folder: Path, runs: list[dict]) -> list[str]:
                 "and its accounting, it measures no GPU speed-up.", ""] if first["device"].startswith("CPU") else []),
              *table_header("run", "schedule", "GPUs", "steps measured", "step s", "speed-up vs sync", "trained tok/s/GPU",
                            "generated tok/s/GPU", "busy share per device", "staleness: versions behind, share",
+                           "peak GiB per GPU",
                            right_aligned=("step s", "speed-up vs sync", "trained tok/s/GPU", "generated tok/s/GPU"))]
     slower = []
     for run in runs:
@@ -147,7 +160,7 @@ def folder_section(folder: Path, runs: list[dict]) -> list[str]:
             run["name"], run["schedule"], gpus_cell(run), steps_cell(run), f"{summary['step_s']:.3g}",
             number_cell(summary["speed_up"], ".2f") + ("×" if summary["speed_up"] else ""),
             f"{summary['trained_tok_s_gpu']:.0f}", f"{summary['generated_tok_s_gpu']:.0f}",
-            busy_cell(run, summary["busy"]), staleness_cell(summary["staleness"])]))
+            busy_cell(run, summary["busy"]), staleness_cell(summary["staleness"]), memory_cell(run)]))
         if summary["speed_up"] and summary["speed_up"] < 1:
             slower.append(f"- {run['name']}: a step takes {1 / summary['speed_up']:.2f}× sync's; its panel of "
                           f"the timeline shows where its devices wait.{stages_note(run, sync)}")

@@ -191,7 +191,8 @@ def run_one(setup: Setup, run: dict, args: argparse.Namespace, device: str) -> d
           + (f" (stopped by --timeout-s {stop})" if stop else ""), flush=True)
     return {**run, **setup.invocation, "model": setup.model,
             "device": device, "commit": git_commit(ROOT), "command": f"NGPUS={env['NGPUS']} " + " ".join(command),
-            "wall_s": wall, "peak_memory_gib": memory.peaks_gib(), "stopped_by_time_limit": stop,
+            "wall_s": wall, "peak_memory_gib": memory.peaks_gib(),
+            "memory_total_gib": memory.totals_gib(), "stopped_by_time_limit": stop,
             "steps": {str(step): history[step] for step in sorted(history)}, "timeline": timeline}
 
 

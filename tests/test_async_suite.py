@@ -138,6 +138,13 @@ def test_the_stages_of_a_colocated_off_policy_run_read_against_syncs_by_hand():
     assert async_report.stages_note(ASYNC, sync) == ""  # disaggregated: its stages run on other devices
 
 
+def test_the_memory_cell_reads_each_gpus_peak_and_the_total_where_the_json_has_it():
+    assert async_report.memory_cell({"peak_memory_gib": [100.674, 98.0], "memory_total_gib": [140.4, 140.4]}) == \
+        "100.7 / 98.0 of 140.4"
+    assert async_report.memory_cell({"peak_memory_gib": [77.12]}) == "77.1"  # a suite's json before the totals
+    assert async_report.memory_cell({"peak_memory_gib": []}) == "–"  # a CPU run
+
+
 def test_a_split_the_node_cannot_hold_is_refused_before_anything_runs(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(SystemExit) as info:
