@@ -401,9 +401,9 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
     A queued job starts only with the time it needs left before the deadline: --min-job-s, or the most a job of
     its recipe in this invocation needed to finish every step (of any recipe while none of its own has finished:
     GRPO pass@k's long answers took 625 s a job where GRPO's took 363), or one of its recipe in an earlier
-    invocation in --out (the same steps, jobs per GPU and GPUs), if more; a job needs its time up to its
-    evaluation plus --reserve-s, as training stops that long before the deadline (time_needed_s) (a run stopped short of the
-    budget is a weaker row than one not started, which a rerun will make whole). A job too long only by another
+    invocation in --out (the same steps, jobs per GPU and GPUs), if more: a run stopped short of the budget is a
+    weaker row than one not started, which a rerun will make whole. A job needs its time up to its evaluation
+    plus --reserve-s, as training stops that long before the deadline (time_needed_s). A job too long only by another
     recipe's time stays queued while one of its own recipe runs, the jobs behind it going first: that one's time
     decides it."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
