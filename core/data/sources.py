@@ -6,6 +6,8 @@ dataset code that reads GSM8K.
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 from core.data.dataset import DataError, write_rows
@@ -35,7 +37,10 @@ def _materialise(spec: str, split: str, cache_dir: Path) -> str:
     path = Path(cache_dir) / f"{name}-{task_split}-{shape}-n{size}.parquet"
     if not path.exists():
         rows = make_rows(task_split, size, seed=1 if split == "train" else 2)
-        tmp = path.with_suffix(".tmp.parquet")
+        # A temporary file of its own: processes that start together on an empty cache (test workers, Ray
+        # workers, leaderboard jobs) each write the same rows; with one shared name, one's rename took the
+        # file from under the other's.
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.parquet")
         write_rows(rows, tmp)
         tmp.replace(path)
     return str(path)
