@@ -23,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from core.data.dataset import read_rows, write_rows
@@ -155,10 +155,7 @@ def check_earlier_eval(path: Path, results: dict, model: str, test_rows: list[di
     if results["protocol"]["generation"]["model"] != model:
         raise SystemExit(f"--from-eval {path}: model {results['protocol']['generation']['model']!r}, not --model "
                          f"{model!r}")
-    prompts = defaultdict(int)
-    for row in test_rows:
-        prompts[row["data_source"]] += 1
-    for source, count in prompts.items():
+    for source, count in Counter(row["data_source"] for row in test_rows).items():
         had = results["results"].get(source, {}).get("num_prompts")
         if had != count:
             raise SystemExit(f"--from-eval {path}: {source} has {had} prompts there and {count} here; expected the "
@@ -178,7 +175,8 @@ def main(argv: list[str]) -> int:
     if args.from_eval:
         check_earlier_eval(args.from_eval, json.loads(args.from_eval.read_text()), args.model,
                            read_rows(args.out / "test.parquet"))
-        shutil.copyfile(args.from_eval, args.out / "eval.json")
+        if args.from_eval.resolve() != (args.out / "eval.json").resolve():  # a screen rebuilt in its own folder
+            shutil.copyfile(args.from_eval, args.out / "eval.json")
     else:
         subprocess.run([sys.executable, "-m", "core.cli", "eval", "--model", args.model, "--data",
                         str(args.out / "test.parquet"), "--temperature", "0", "--max-tokens", "256",

@@ -94,6 +94,10 @@ def test_from_eval_rebuilds_the_table_without_generating_and_refuses_another_scr
     assert main(argv) == 0
     table = (tmp_path / "out" / "screen.md").read_text()
     assert "| leg_counting | 3 | 0.33 |" in table and "fixed pattern" in table
+    # Rebuilt in its own folder from its own eval.json (copying a file onto itself raised SameFileError).
+    assert main([*argv[:-1], str(tmp_path / "out" / "eval.json")]) == 0
+    rebuilt = (tmp_path / "out" / "screen.md").read_text()
+    assert rebuilt.split("\n", 1)[1] == table.split("\n", 1)[1]  # all but its first line, the command
     write_eval("embedded://tiny-arith", 40)
     with pytest.raises(SystemExit, match=r"reasoning_gym/leg_counting has 40 prompts there and 3 here"):
         main(argv)
