@@ -168,9 +168,14 @@ def _distinct(entries: list[dict], count: int, seen: set[str]) -> list[dict]:
 SMALL_ANSWER_SET = 5  # up to this many distinct test answers, the command lists each one's count
 
 
+def ground_truths(test_rows: list[dict]) -> list[dict]:
+    """Each row's ground truth as to_row wrote it: the question, the answer and the task's metadata."""
+    return [json.loads(row["reward_model"]["ground_truth"]) for row in test_rows]
+
+
 def test_answers(test_rows: list[dict]) -> Counter:
     """How many of `test_rows` have each answer, most common first."""
-    return Counter(str(json.loads(row["reward_model"]["ground_truth"])["answer"]) for row in test_rows)
+    return Counter(str(truth["answer"]) for truth in ground_truths(test_rows))
 
 
 def most_common_share(answers: Counter) -> tuple[str, float]:
@@ -202,7 +207,7 @@ def answer_in_question(answer: str, question: str) -> bool:
 def answer_in_question_share(test_rows: list[dict]) -> float:
     """The share of `test_rows` whose answer (as `test_answers` counts it) stands in its question as a whole token:
     what a policy that copies the right piece of the question scores."""
-    truths = [json.loads(row["reward_model"]["ground_truth"]) for row in test_rows]
+    truths = ground_truths(test_rows)
     return sum(answer_in_question(str(truth["answer"]), truth["question"]) for truth in truths) / len(truths)
 
 
@@ -225,7 +230,7 @@ def operator_row_value(numbers: list[int], operators: tuple[str, ...]) -> int:
 def countdown_metadata(test_rows: list[dict]) -> list[dict] | None:
     """Each row's countdown metadata (`numbers`, `target`), or None for rows without it or with different counts
     of numbers (one row of operators cannot fit them all)."""
-    metadata = [json.loads(row["reward_model"]["ground_truth"]).get("metadata", {}) for row in test_rows]
+    metadata = [truth.get("metadata", {}) for truth in ground_truths(test_rows)]
     if not metadata or not all("numbers" in m and "target" in m for m in metadata):
         return None
     return metadata if len({len(m["numbers"]) for m in metadata}) == 1 else None
@@ -259,7 +264,7 @@ def some_operator_row_share(test_rows: list[dict]) -> float | None:
 def fixed_role_shares(test_rows: list[dict]) -> list[tuple[str, float]] | None:
     """(roles, share) for each pattern of knights and knaves, in the order the question names the people, that is
     the solution of some of `test_rows`, most first. None for rows without knights_knaves' `solution` metadata."""
-    metadata = [json.loads(row["reward_model"]["ground_truth"]).get("metadata", {}) for row in test_rows]
+    metadata = [truth.get("metadata", {}) for truth in ground_truths(test_rows)]
     if not metadata or not all(isinstance(m.get("solution"), list) for m in metadata):
         return None
     patterns = Counter(" ".join("knight" if truthful else "knave" for truthful in m["solution"]) for m in metadata)
