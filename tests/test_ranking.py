@@ -46,6 +46,8 @@ def test_ties_share_a_rank():
                                     "noisy": (0.5, 0.9, 0.1), "one": (0.3,)})
     assert ranking.ranks == {"x": 1, "y": 2, "z": 3, "noisy": 1, "one": 0}
     assert ranking.groups == 3 and ranking.better["z"] == ["x", "y"]
+    alone = rank_by_significance({"x": (0.9, 0.91), "one": (0.3,)})  # nothing to test x against
+    assert alone.ranks == {"x": 0, "one": 0} and alone.groups == 0 and not alone.pairs
 
 
 # ---- the reasoning-gym section ---------------------------------------------------------------------------
@@ -91,6 +93,29 @@ def test_suite_mean_and_ranks(suite):
     assert "| grpo | 3 | 0.350 → 0.715 ± 0.013 [0.682, 0.748] ↑ | 1 |" in markdown
     assert "| ppo | 3 | 0.350 → 0.257 ± 0.006 [0.242, 0.271] ↓ | 3 |" in markdown  # 0.25, 0.26, 0.26
     assert "separate **3 groups**" in markdown and "| 25 | 1M | 10.0 | 9.5 | reasoning-gym verifiers |" in markdown
+
+
+def test_runs_their_time_budget_stopped_are_left_out_of_the_ranks(suite):
+    """A stopped run trained fewer steps: its row shows it, the tests do not count it. rloo with one of three
+    stopped keeps two full runs (0.45, 0.46), tested against ppo's three; grpo with two stopped is unranked (its
+    mean still shows all three), so rloo ranks first and the two rows tested separate two groups. With every run
+    stopped no test is made at all."""
+    runs, evals = copy.deepcopy(suite)
+    stopped = {"stopped_by_budget": "time: after step 20 of 25"}
+    for run in runs:
+        if (run["recipe"], run["seed"]) in {("grpo", 0), ("grpo", 1), ("rloo", 2)}:
+            run["tags"].update(stopped)
+    markdown = "\n".join(render_before_after(build_before_after(runs, evals)))
+    assert "| grpo | 3 | 0.350 → 0.715 ± 0.013 [0.682, 0.748] ↑ | — |" in markdown
+    assert "| rloo | 3 | 0.350 → 0.458 ± 0.008 [0.439, 0.477] ↑ | 1 |" in markdown
+    assert "| ppo | 3 | 0.350 → 0.257 ± 0.006 [0.242, 0.271] ↓ | 2 |" in markdown
+    assert "separate **2 groups**" in markdown and "Holm-corrected over all 1 pairs" in markdown
+    assert "trained fewer steps than the budget (their time limit stopped them): grpo 2 of 3, rloo 1 of 3 runs" in markdown
+    for run in runs:
+        run["tags"].update(stopped)
+    markdown = "\n".join(render_before_after(build_before_after(runs, evals)))
+    assert "*rank*: none, as no two rows have two runs of the full budget each to test." in markdown
+    assert "Pairwise tests" not in markdown
 
 
 def test_rows_from_another_model_file_or_budget_are_refused(suite):

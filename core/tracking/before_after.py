@@ -287,8 +287,8 @@ def _intro(rows: list[RecipeRow]) -> list[str]:
                        "processes on its GPU then. *s/step*: mean `timing_s/step`"
                      + (", measured while sharing." if shares and max(shares) > 1 else "."))
     if any(run.get("tags", {}).get("stopped_by_budget") for run in runs):
-        lines.append("- *steps*: a run stopped on purpose by its time budget counts with the steps it made; "
-                     "(k stopped) says how many of the row's runs were.")
+        lines.append("- *steps*: a run stopped on purpose by its time budget counts in its row's figures with the "
+                     "steps it made (never in a rank test); (k stopped) says how many of the row's runs were.")
     return lines
 
 
@@ -360,7 +360,7 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         lines += ["", f"## {_training_task(rows, suite)}, pretrained model `{model}`"]
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
         lines += [f"- {_md(line)}" for line in section.protocols.values()]
-        lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite))
+        lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite), rows)
         lines += evidence_lines(rows, suite, section.test_sizes)
         lines += flatness_lines(rows) + ranks_by_step_lines(rows) if suite else []
         lines += schedule_lines(rows, section.columns, schedule_figures.get(model))

@@ -109,10 +109,12 @@ class Ranking:
 def rank_by_significance(samples: dict[str, tuple[float, ...]], alpha: float = ALPHA) -> Ranking:
     """Ranks of the named samples (higher is better) from Holm-corrected pairwise Welch tests.
 
-    Names with fewer than two values cannot be tested: they are left unranked (rank 0, shown as `—`).
+    Names with fewer than two values cannot be tested: they are left unranked (rank 0, shown as `—`), and so is
+    a lone testable name, as nothing is tested against it.
     """
     names = list(samples)
-    tested = [name for name in names if len(samples[name]) >= 2]
+    testable = [name for name in names if len(samples[name]) >= 2]
+    tested = testable if len(testable) >= 2 else []
     keys = [(a, b) for i, a in enumerate(tested) for b in tested[i + 1:]]
     tests = [welch_test(samples[a], samples[b]) for a, b in keys]
     adjusted = holm_adjust([test.p for test in tests])

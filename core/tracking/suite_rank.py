@@ -6,14 +6,16 @@ like any column, and the rows are ranked on it by Holm-corrected pairwise Welch 
 
 Rows of one section are compared with each other, so they must share a starting point and a budget: one
 pretrained model file (the `model_sha256` tag every run and evaluation carries) and the same
-COMPARED_BUDGET_KEYS. `check_comparable` refuses a section that mixes them, naming the runs.
+COMPARED_BUDGET_KEYS. `check_comparable` refuses a section that mixes them, naming the runs. A run its time
+budget stopped before its last step trained a smaller budget: the table shows it (its row's *steps* say so), but
+the tests and ranks leave it out, so a row whose runs were all stopped is unranked until a rerun makes them whole.
 """
 
 from __future__ import annotations
 
 from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.ranking import Ranking, rank_by_significance
-from core.tracking.run_export import MODEL_SHA_TAG, LeaderboardError
+from core.tracking.run_export import MODEL_SHA_TAG, STOPPED_TAG, LeaderboardError
 from core.tracking.seed_power import separation_lines, spread_lines, suite_test_set_line, widest_task_runs_lines
 from core.tracking.seed_stats import SeedStats
 
@@ -45,9 +47,23 @@ def rank_rows(rows: list, columns: list) -> Ranking | None:
     return rank_by_significance(suite_samples(rows, columns)) if columns else None
 
 
+def full_budget(member) -> bool:
+    """Whether a row's run trained every step its budget set (its time budget did not stop it)."""
+    return not member.train_run.get("tags", {}).get(STOPPED_TAG)
+
+
 def suite_samples(rows: list, columns: list) -> dict[str, tuple[float, ...]]:
-    """Each row's suite mean per seed (those seeds that have every task)."""
-    return {row.recipe: (stats.values if (stats := suite_stats(row, columns)) else ()) for row in rows}
+    """Each row's suite mean per seed that trained the full budget (those seeds that have every task)."""
+    return {row.recipe: tuple(value for member in row.runs if full_budget(member)
+                              and (value := run_suite_mean(member.after, columns)) is not None) for row in rows}
+
+
+def stopped_runs_line(rows: list) -> list[str]:
+    """Which rows' runs the tests leave out, as their budget stopped them (nothing when none was stopped)."""
+    stopped = [f"{row.recipe} {count} of {len(row.runs)}" for row in rows
+               if (count := sum(not full_budget(member) for member in row.runs))]
+    return ["", "Left out of the tests, as they trained fewer steps than the budget (their time limit stopped "
+            f"them): {', '.join(stopped)} runs; a row with fewer than two full runs is unranked (—)."] if stopped else []
 
 
 def _describe(values: dict[str, list[str]]) -> str:
@@ -99,15 +115,18 @@ def rank_text(ranking: Ranking | None, recipe: str) -> str:
     return str(rank) if rank else "—"
 
 
-def ranking_lines(ranking: Ranking | None) -> list[str]:
-    """How the ranks were made, and the pairs they rest on (folded)."""
+def ranking_lines(ranking: Ranking | None, rows: list) -> list[str]:
+    """How the ranks were made, which runs they leave out, and the pairs they rest on (folded)."""
     if ranking is None:
         return []
+    if not ranking.pairs:
+        return ["", "*rank*: none, as no two rows have two runs of the full budget each to test."] + \
+            stopped_runs_line(rows)
+    groups = f"**{ranking.groups} group{'s' if ranking.groups != 1 else ''}**"
     lines = ["", f"*rank*: 1 + the number of recipes whose {SUITE_MEAN} is significantly higher (pairwise Welch "
              f"t-tests over seeds, Holm-corrected over all {len(ranking.pairs)} pairs, α = {ranking.alpha}); "
-             f"recipes no test separates share a rank. These figures separate **{ranking.groups} "
-             f"group{'s' if ranking.groups != 1 else ''}**.",
-             "", "<details><summary>Pairwise tests on the suite mean</summary>", "",
+             f"recipes no test separates share a rank. These figures separate {groups}.",
+             *stopped_runs_line(rows), "", "<details><summary>Pairwise tests on the suite mean</summary>", "",
              "| a | b | t | df | p | Holm p | |", "|---|---|---:|---:|---:|---:|---|"]
     for (a, b), (test, adjusted) in sorted(ranking.pairs.items(), key=lambda item: item[1][1]):
         verdict = ("a > b" if test.t > 0 else "b > a") if adjusted < ranking.alpha else "tied"
