@@ -13,12 +13,16 @@
 # A wheel in --wheel-dir whose name matches the env (flash_attn-2.8*+cu13*torch2.11*-cp312-cp312-linux_x86_64)
 # is installed without building; the build leaves its wheel there, so the next environment skips the build.
 # Only sm_90 (FLASH_ATTN_CUDA_ARCHS=90: the setup.py default also builds 80, 100 and 120) cuts the build to a
-# quarter of the kernels; estimated 20-40 min on 16 cores, 10-15 min on 64 (not measured yet).
+# quarter of the kernels. Not timed end to end: each kernel file took over 165 s of nvcc in a probe, so 72 of them
+# need at least 13 min of 16 cores.
+# --head-dim D builds only the 6 bf16 kernel files of head dim D (bench/flash_attn_prune.py; Qwen3 and Llama: 128)
+# of the 72: the wheel (local version ...sm90hdimDbf16) then refuses fp16 and other head dims with an error. Even
+# so, one build of the 6 ran past 5 minutes on 16 cores (H200 host): start it with --background.
 # Options: --version 2.8.3 (FLASH_ATTN_VERSION), --jobs N (MAX_JOBS; default cores / NVCC_THREADS, at most
 # one per 6 GB of free memory), NVCC_THREADS (default 2), --log FILE (default WHEEL_DIR/build_flash_attn.log).
 set -uo pipefail
 SELF=$(realpath "$0")
-PY=python3 WHEEL_DIR="" SDIST="" MODE=run JOBS=${MAX_JOBS:-} LOG=""
+PY=python3 WHEEL_DIR="" SDIST="" MODE=run JOBS=${MAX_JOBS:-} LOG="" HEAD_DIM=""
 VERSION=${FLASH_ATTN_VERSION:-2.8.3}
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -28,6 +32,7 @@ while [ $# -gt 0 ]; do
         --version) VERSION=$2; shift 2 ;;
         --jobs) JOBS=$2; shift 2 ;;
         --log) LOG=$2; shift 2 ;;
+        --head-dim) HEAD_DIM=$2; shift 2 ;;
         --background) MODE=background; shift ;;
         --status) MODE=status; shift ;;
         *) echo "build_flash_attn.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
@@ -58,11 +63,14 @@ print(f"cp{sys.version_info.major}{sys.version_info.minor}", ".".join(torch.__ve
       (torch.version.cuda or "none").split(".")[0])'
 }
 
-matching_wheel() {  # a flash-attn 2.8 wheel for this env, as named by our build or by the usual prebuilt ones
+matching_wheel() {  # a flash-attn 2.8 wheel for this env, as named by our build or by the usual prebuilt ones;
+    # a pruned one (hdimD) only where --head-dim D asks for it, and then a full one serves too
     local py=$1 torch=$2 cuda=$3
     (cd "$WHEEL_DIR" && ls flash_attn-2.8*.whl 2>/dev/null) | grep -E \
         "^flash_attn-2\.8[^+]*\+cu${cuda}[0-9]*torch${torch//./\\.}([^0-9].*)?-${py}-${py}-linux_x86_64\.whl$" \
-        | grep -v cxx11abiFALSE | sort -V | tail -n 1  # torch 2.11's wheels use the C++11 ABI
+        | grep -v cxx11abiFALSE | awk -v want="${HEAD_DIM:+hdim${HEAD_DIM}bf16}" \
+            '!/hdim[0-9]+bf16/ || (want != "" && index($0, want "-"))' \
+        | sort -V | tail -n 1  # torch 2.11's wheels use the C++11 ABI
 }
 
 fetch_sdist() {  # PyPI's source archive, checked against the sha256 PyPI lists for it
@@ -93,10 +101,17 @@ build() {
         jobs=$(( jobs > free_gb / 6 ? free_gb / 6 : jobs )); jobs=$(( jobs < 1 ? 1 : jobs ))
         echo "building $(basename "$SDIST") for sm_90: MAX_JOBS=$jobs NVCC_THREADS=$threads ($(nproc) cores, ${free_gb} GB free)"
         # FORCE_BUILD: setup.py would first try to download a prebuilt wheel from GitHub; LOCAL_VERSION names the
-        # wheel so that matching_wheel finds it for the next environment.
+        # wheel so that matching_wheel finds it for the next environment; -v puts ninja's [k/n] lines in the log,
+        # which --status counts.
+        local source=$SDIST
+        if [ -n "$HEAD_DIM" ]; then  # an unpacked, pruned copy of the sdist
+            source=$WHEEL_DIR/src-hdim$HEAD_DIM && rm -rf "$source" && mkdir -p "$source" || return 1
+            tar xzf "$SDIST" -C "$source" --strip-components 1 || return 1
+            "$PY" "$(dirname "$SELF")/flash_attn_prune.py" "$source" --head-dim "$HEAD_DIM" || return 1
+        fi
         FLASH_ATTN_CUDA_ARCHS=90 FLASH_ATTENTION_FORCE_BUILD=TRUE MAX_JOBS=$jobs NVCC_THREADS=$threads \
-            FLASH_ATTN_LOCAL_VERSION="cu${cuda}0torch${torch}sm90" \
-            "$PY" -m pip wheel --no-build-isolation --no-deps -w "$WHEEL_DIR" "$SDIST" || return 1
+            FLASH_ATTN_LOCAL_VERSION="cu${cuda}0torch${torch}sm90${HEAD_DIM:+hdim${HEAD_DIM}bf16}" \
+            "$PY" -m pip wheel -v --no-build-isolation --no-deps -w "$WHEEL_DIR" "$source" || return 1
         wheel=$(matching_wheel "$py" "$torch" "$cuda")
         [ -n "$wheel" ] || { echo "the build left no matching wheel in $WHEEL_DIR" >&2; return 1; }
     fi
@@ -113,7 +128,7 @@ case $MODE in
         fi
         rm -f "$DONE"
         nohup bash -c "bash '$SELF' --python '$PY' --wheel-dir '$WHEEL_DIR' --version '$VERSION' --log '$LOG' \
-            ${SDIST:+--sdist '$SDIST'} ${JOBS:+--jobs '$JOBS'}" >/dev/null 2>&1 &
+            ${SDIST:+--sdist '$SDIST'} ${JOBS:+--jobs '$JOBS'} ${HEAD_DIM:+--head-dim '$HEAD_DIM'}" >/dev/null 2>&1 &
         echo $! >"$PIDFILE"
         echo "started (pid $!): log $LOG; poll with: bash $SELF --wheel-dir $WHEEL_DIR --status"
         exit 0 ;;
