@@ -63,6 +63,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.gsm8k_report import (  # noqa: E402
+    JobTimes,
     crash_reason,
     discard_before_evals,
     earlier_job_seconds,
@@ -74,7 +75,6 @@ from bench.gsm8k_report import (  # noqa: E402
     steps_made,
     summary_line,
     tag_gpu_time,
-    time_needed_s,
 )
 from bench.leaderboard_gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
 from bench.leaderboard_host import HostMemory  # noqa: E402
@@ -138,9 +138,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
     parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
                         f"started with less time left than this, so that it trains every step (default: --reserve-s "
-                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest finished job of its recipe (of any "
-                        "recipe until one of its own finished), or one of its recipe in an earlier invocation in "
-                        "--out at the same --steps, K and GPUs")
+                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest job of its recipe here, in --out "
+                        "or in --timings-from at the same --steps, K and GPUs (of any recipe here while none is known)")
+    parser.add_argument("--timings-from", nargs="+", default=[], metavar="DIR", help="earlier invocations' records "
+                        "(DIR/invocations/*.json, e.g. a merged results folder) whose job times judge --min-job-s too")
     parser.add_argument("--redo-stopped", action="store_true", help="also rerun the jobs whose run in --out its time "
                         "budget stopped before its last step (the merge keeps the run that trained more steps)")
     parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
@@ -399,25 +400,23 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
              devices: dict[str, str]) -> None:
     """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute.
     A queued job starts only with the time it needs left before the deadline: --min-job-s, or the most a job of
-    its recipe in this invocation needed to finish every step (of any recipe while none of its own has finished:
-    GRPO pass@k's long answers took 625 s a job where GRPO's took 363), or one of its recipe in an earlier
-    invocation in --out (the same steps, jobs per GPU and GPUs), if more: a run stopped short of the budget is a
-    weaker row than one not started, which a rerun will make whole. A job needs its time up to its evaluation
+    its recipe in this invocation or an earlier one in --out or --timings-from (the same steps, jobs per GPU and
+    GPUs) needed to finish every step, or while there is none, the most of any recipe here (GRPO pass@k's long
+    answers took 625 s a job where GRPO's took 363): a run stopped short of the budget is a weaker row than one
+    not started, which a rerun will make whole. A job needs its time up to its evaluation
     plus --reserve-s, as training stops that long before the deadline (time_needed_s). A job too long only by another
     recipe's time stays queued while one of its own recipe runs, the jobs behind it going first: that one's time
     decides it."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
-    needed_s = args.min_job_s or args.reserve_s + MIN_TRAIN_S
-    earlier = earlier_job_seconds(out, args.steps, args.runs_per_gpu, set(devices.values()), args.reserve_s)
-    took: dict[str, float] = {}  # recipe -> the most time a finished job of it here needed (time_needed_s)
+    times = JobTimes(args.min_job_s or args.reserve_s + MIN_TRAIN_S, args.reserve_s, earlier_job_seconds(
+        [out, *map(Path, args.timings_from)], args.steps, args.runs_per_gpu, set(devices.values()), args.reserve_s))
     while queue or running:
         host.sample()
         for job in [job for job in running if job.process.poll() is not None]:
             running.remove(job)
             finish_job(job, jobs, out, uri, devices, SUITES[args.suite].experiment, host)
             if job.status == "done" and job.variant is not None:
-                needed = time_needed_s(job.ended - job.started, job.summary.get("eval_s"), args.reserve_s)
-                took[job.variant] = max(took.get(job.variant, 0.0), needed)
+                times.finished(job.variant, job.ended - job.started, job.summary.get("eval_s"))
         for job in running:
             if deadline is not None and time.time() > deadline + GRACE_S:
                 stop(job)
@@ -427,10 +426,9 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
             if gpu is None:
                 break
             job = queue.pop(0)
-            own = took.get(job.variant, max(took.values(), default=0.0))
-            needs = max(needed_s, own, earlier.get(job.variant, 0.0))
+            needs = times.needs(job.variant)
             if deadline is not None and deadline - time.time() < needs:
-                if job.variant not in took and any(other.variant == job.variant for other in running):
+                if not times.known(job.variant) and any(other.variant == job.variant for other in running):
                     waiting.append(job)
                     continue
                 job.status = "not started"

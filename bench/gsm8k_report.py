@@ -177,20 +177,54 @@ def time_needed_s(seconds: float, eval_s: float | None, reserve_s: float) -> flo
     return seconds if not eval_s else max(seconds, seconds - eval_s + reserve_s)
 
 
-def earlier_job_seconds(out: Path, steps: int, runs_per_gpu: int, device_names: set[str],
+def full_job_seconds(job: dict, steps: int) -> float | None:
+    """A finished job's seconds; a job its time budget stopped after k of `steps` steps, its seconds with its
+    training stretched to every step (train_s · steps / k); None for any other job."""
+    made, seconds = job.get("steps"), job.get("seconds")
+    if not seconds or not made:
+        return None
+    if job["status"] == "done" and made == steps:
+        return seconds
+    if job["status"] == "stopped" and made < steps and job.get("train_s"):
+        return seconds + job["train_s"] * (steps - made) / made
+    return None
+
+
+def earlier_job_seconds(outs: list[Path], steps: int, runs_per_gpu: int, device_names: set[str],
                         reserve_s: float = 0.0) -> dict[str, float]:
-    """Per recipe, the most time a training job of an earlier invocation in `out` that finished all its `steps`
-    with as many jobs per GPU on the same kind of GPUs needed before the deadline (time_needed_s under
-    `reserve_s`): what a job of that recipe will need again."""
+    """Per recipe, the most time a training job of an earlier invocation in any of `outs` with as many jobs per
+    GPU on the same kind of GPUs needed before the deadline to train all its `steps` (time_needed_s under
+    `reserve_s`; full_job_seconds for a stopped one): what a job of that recipe will need again."""
     longest: dict[str, float] = {}
-    for record in invocation_records(out):
+    for record in (record for out in outs for record in invocation_records(out)):
         if record.get("runs_per_gpu") != runs_per_gpu or set(record.get("devices", {}).values()) != device_names:
             continue
         for job in record["jobs"]:
-            if job["status"] == "done" and job.get("recipe") and job.get("steps") == steps and job.get("seconds"):
-                needed = time_needed_s(job["seconds"], job.get("eval_s"), reserve_s)
+            if job.get("recipe") and (seconds := full_job_seconds(job, steps)) is not None:
+                needed = time_needed_s(seconds, job.get("eval_s"), reserve_s)
                 longest[job["recipe"]] = max(longest.get(job["recipe"], 0.0), needed)
     return longest
+
+
+class JobTimes:
+    """How much time a queued job needs left before the deadline (time_needed_s): at least `floor_s`; the most
+    a job of its recipe needed, here (`finished`) or in earlier invocations (`earlier`, earlier_job_seconds);
+    while neither knows its recipe, the most any recipe's job needed here."""
+
+    def __init__(self, floor_s: float, reserve_s: float, earlier: dict[str, float]):
+        self.floor_s, self.reserve_s, self.earlier = floor_s, reserve_s, earlier
+        self.took: dict[str, float] = {}  # recipe -> the most a finished job of it here needed
+
+    def finished(self, recipe: str, seconds: float, eval_s: float | None) -> None:
+        needed = time_needed_s(seconds, eval_s, self.reserve_s)
+        self.took[recipe] = max(self.took.get(recipe, 0.0), needed)
+
+    def known(self, recipe: str) -> bool:
+        return recipe in self.took or recipe in self.earlier
+
+    def needs(self, recipe: str) -> float:
+        own = self.took.get(recipe, 0.0) if self.known(recipe) else max(self.took.values(), default=0.0)
+        return max(self.floor_s, own, self.earlier.get(recipe, 0.0))
 
 
 def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: dict) -> int:

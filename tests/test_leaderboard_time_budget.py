@@ -63,8 +63,8 @@ def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_jo
     record("b.json", 3, "H200", [{**done, "seconds": 999}])  # another K
     record("c.json", 4, "H100", [{**done, "seconds": 998}])  # other GPUs
     record("d.json", 4, "H200", [{**done, "recipe": "gspo", "seconds": 320.0}])
-    assert earlier_job_seconds(tmp_path, 40, 4, {"H200"}) == {"grpo_passk": 451.2, "gspo": 320.0}
-    assert earlier_job_seconds(tmp_path, 80, 4, {"H200"}) == {}
+    assert earlier_job_seconds([tmp_path], 40, 4, {"H200"}) == {"grpo_passk": 451.2, "gspo": 320.0}
+    assert earlier_job_seconds([tmp_path], 80, 4, {"H200"}) == {}
     started = []
 
     def start(job, *rest):
@@ -166,4 +166,43 @@ def test_a_job_needs_its_time_up_to_its_evaluation_plus_the_reserve(tmp_path, mo
     (tmp_path / "invocations").mkdir()
     (tmp_path / "invocations" / "a.json").write_text(json.dumps({"runs_per_gpu": 1, "devices": {"0": "H200"}, "jobs": [
         {"status": "done", "recipe": "gspo", "steps": 64, "seconds": 361.0, "eval_s": 69.0}]}))
-    assert earlier_job_seconds(tmp_path, 64, 1, {"H200"}, 240) == {"gspo": 532.0}
+    assert earlier_job_seconds([tmp_path], 64, 1, {"H200"}, 240) == {"gspo": 532.0}
+
+
+def test_a_recipe_known_from_timings_from_is_judged_by_its_own_time(tmp_path, monkeypatch, capsys):
+    """This happened: GRPO pass@k's jobs (743 s) finished first, and three Dr.GRPO jobs, whose recipe no job here
+    had run, were judged by that time (798 s needed, 651 s left) and not started, though Dr.GRPO's earlier jobs had
+    needed about 300 s. With --timings-from the merged table's records, Dr.GRPO is judged by its own: those jobs
+    were stopped by their budget after 57 of 64 steps, so their training is stretched to 64 (full_job_seconds)."""
+    from bench.gsm8k_report import full_job_seconds
+
+    stopped = {"status": "stopped", "recipe": "drgrpo", "steps": 57, "seconds": 290.0, "train_s": 171.0,
+               "eval_s": 77.0}
+    assert full_job_seconds(stopped, 64) == 290.0 + 171.0 * 7 / 57  # 311 s
+    assert full_job_seconds({**stopped, "train_s": None}, 64) is None and full_job_seconds(stopped, 57) is None
+    merged = tmp_path / "merged"
+    (merged / "invocations").mkdir(parents=True)
+    (merged / "invocations" / "a.json").write_text(json.dumps(
+        {"runs_per_gpu": 1, "devices": {"0": "H200"}, "jobs": [stopped]}))
+    started = []
+
+    def start(job, *rest):
+        started.append(job.name)
+        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
+
+    def finish(job, *rest):
+        job.ended, job.status, job.summary = job.started + 743, "done", {"eval_s": 95.0}
+
+    monkeypatch.setattr(driver, "start_job", start)
+    monkeypatch.setattr(driver, "finish_job", finish)
+    for timings in ([], ["--timings-from", str(merged)]):
+        started.clear()
+        args = driver.parse_args(["--runs-per-gpu", "1", "--min-job-s", "200", "--reserve-s", "150", "--steps", "64",
+                                  *timings])
+        jobs = [driver.Job("grpo_passk-seed4", "grpo_passk", 4), driver.Job("drgrpo-seed1", "drgrpo", 1)]
+        driver.run_jobs(jobs, args, tmp_path / "out", "file:///store", ["0"], lambda job: [], time.time() + 700,
+                        {"0": "H200"})
+        # without the records Dr.GRPO needs pass@k's 743 - 95 + 150 = 798 s; with them 311 - 77 + 150 = 384 s
+        assert started == (["grpo_passk-seed4"] if not timings else ["grpo_passk-seed4", "drgrpo-seed1"])
+    assert "not starting drgrpo-seed1: too little time left before --time-limit-s (it needs 798 s" \
+        in capsys.readouterr().out
