@@ -36,6 +36,7 @@ from core.data.reasoning_gym import (
     test_entries,
     to_row,
 )
+from core.eval.evaluate import prompt_fingerprints
 from core.models.loading import load_tokenizer, resolve_model_path
 
 BAND = (0.05, 0.50)        # the start accuracy a suite's task should have (issue 34)
@@ -145,16 +146,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--from-eval", type=Path, help="an earlier screen's eval.json: rebuild screen.md from it "
                         "instead of generating (the same --model, --tasks and --per-task redraw the same problems while "
-                        "the generators and this screen's draw are unchanged; eval.json keeps no copy of them, so only "
-                        "the model and the counts are checked)")
+                        "the generators and this screen's draw are unchanged: the model is checked, and the problems "
+                        "by the prompts' sha256 an evaluation records, by their count in older ones)")
     return parser.parse_args(argv)
 
 
-def check_earlier_eval(path: Path, results: dict, model: str, test_rows: list[dict]) -> None:
-    """--from-eval must be of this model and these problems: one line naming what differs."""
+def check_earlier_model(path: Path, results: dict, model: str) -> None:
+    """--from-eval must be of this model (checked before the problems are drawn again)."""
     if results["protocol"]["generation"]["model"] != model:
         raise SystemExit(f"--from-eval {path}: model {results['protocol']['generation']['model']!r}, not --model "
                          f"{model!r}")
+
+
+def check_earlier_problems(path: Path, results: dict, test_rows: list[dict]) -> None:
+    """--from-eval must be of these problems: their fingerprints where it has them (prompt_fingerprints), else
+    their count per task. One line naming what differs."""
+    if "prompts_sha256" in results:
+        ours = prompt_fingerprints(test_rows)
+        for source in sorted(set(ours) | set(results["prompts_sha256"])):
+            if results["prompts_sha256"].get(source) != ours.get(source):
+                raise SystemExit(f"--from-eval {path}: {source}'s prompts differ from those drawn here (prompt "
+                                 "sha256); expected the screen's own --tasks and --per-task, and unchanged generators")
+        return
     for source, count in Counter(row["data_source"] for row in test_rows).items():
         had = results["results"].get(source, {}).get("num_prompts")
         if had != count:
@@ -168,13 +181,15 @@ def main(argv: list[str]) -> int:
     unknown = sorted(set(tasks) - set(registered_tasks()))
     if unknown:
         raise SystemExit(f"--tasks: unknown reasoning-gym tasks {unknown}")
+    earlier = json.loads(args.from_eval.read_text()) if args.from_eval else None
+    if earlier:
+        check_earlier_model(args.from_eval, earlier, args.model)
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(resolve_model_path(args.model))
     record = write_screen_data(tasks, args.per_task, args.out, lambda row: len(tokenizer(tokenizer.apply_chat_template(
         row["prompt"], tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]))
-    if args.from_eval:
-        check_earlier_eval(args.from_eval, json.loads(args.from_eval.read_text()), args.model,
-                           read_rows(args.out / "test.parquet"))
+    if earlier:
+        check_earlier_problems(args.from_eval, earlier, read_rows(args.out / "test.parquet"))
         if args.from_eval.resolve() != (args.out / "eval.json").resolve():  # a screen rebuilt in its own folder
             shutil.copyfile(args.from_eval, args.out / "eval.json")
     else:

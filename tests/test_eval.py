@@ -10,7 +10,7 @@ import pytest
 from core.cli import main as cli_main
 from core.data.dataset import read_rows, write_rows
 from core.data.preprocess import preprocess
-from core.eval.evaluate import evaluate
+from core.eval.evaluate import evaluate, prompt_fingerprints
 from core.eval.passk import ks_for, pass_at_k
 from core.eval.summary import PromptResult, summarize
 from core.reward.manager import RewardManager
@@ -97,6 +97,9 @@ def test_generate_then_eval_writes_json_table_and_mlflow_run(random_model_dir, t
     report = json.loads(out.read_text())
     assert set(report["results"]["arithmetic"]) >= {"mean@4", "pass@1", "pass@2", "pass@4"}
     assert report["protocol"]["generation"]["temperature"] == 1.0
+    # the generated rows keep their prompts: the fingerprint is the prompt file's own
+    assert report["prompts_sha256"] == prompt_fingerprints(read_rows(data)) and \
+        len(report["prompts_sha256"]["arithmetic"]) == 64
     assert "| arithmetic | 3 |" in out.with_suffix(".md").read_text()
     [run] = mlflow.MlflowClient(tracking_uri=uri).search_runs(
         [mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name("recipezoo-eval").experiment_id])

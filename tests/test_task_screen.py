@@ -103,4 +103,27 @@ def test_from_eval_rebuilds_the_table_without_generating_and_refuses_another_scr
         main(argv)
     write_eval("pypi://SmolLM2-135M-Instruct", 3)
     with pytest.raises(SystemExit, match=r"model 'pypi://SmolLM2-135M-Instruct', not --model 'embedded://tiny-arith'"):
-        main(argv)
+        main([str(tmp_path / "elsewhere"), *argv[1:]])
+    assert not (tmp_path / "elsewhere").exists()  # refused before the problems are drawn
+
+
+def test_from_eval_checks_the_problems_by_their_prompts_fingerprint(tmp_path):
+    """An evaluation records each task's prompt sha256 (prompt_fingerprints); --from-eval then compares the
+    problems themselves, not only their count: the same count from another draw is refused."""
+    from core.data.dataset import read_rows
+    from core.eval.evaluate import prompt_fingerprints
+
+    argv = [str(tmp_path / "out"), "--model", "embedded://tiny-arith", "--tasks", "leg_counting", "--per-task", "3"]
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"protocol": {"generation": {"model": "embedded://tiny-arith"}}, "results": {},
+                                   "prompts_sha256": {}}))
+    with pytest.raises(SystemExit, match="reasoning_gym/leg_counting's prompts differ from those drawn here"):
+        main([*argv, "--from-eval", str(earlier)])
+    fingerprints = prompt_fingerprints(read_rows(tmp_path / "out" / "test.parquet"))
+    rows = read_rows(tmp_path / "out" / "test.parquet")
+    assert prompt_fingerprints([rows[1], rows[0], *rows[2:]]) != fingerprints  # order matters too
+    earlier.write_text(json.dumps({
+        "protocol": {"generation": {"model": "embedded://tiny-arith", "max_tokens": 256, "rollout": "vllm"}},
+        "results": {"reasoning_gym/leg_counting": {"mean@1": 1 / 3, "num_prompts": 3}},
+        "prompts_sha256": fingerprints}))
+    assert main([*argv, "--from-eval", str(earlier)]) == 0

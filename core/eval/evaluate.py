@@ -7,6 +7,7 @@ validation during training uses too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -56,8 +57,19 @@ def score_rows(rows: list[dict], reward_manager) -> tuple[list[PromptResult], li
     return results, details
 
 
+def prompt_fingerprints(rows: list[dict]) -> dict[str, str]:
+    """Per data source, the sha256 of its rows' prompts in order: which problems an evaluation saw, so that a
+    report can be matched with a data file later without keeping a copy of the problems."""
+    digests = {}
+    for row in rows:
+        prompt = json.dumps(get_field(row, "prompt", None), sort_keys=True, default=str)
+        digests.setdefault(row["data_source"], hashlib.sha256()).update(prompt.encode() + b"\n")
+    return {source: digest.hexdigest() for source, digest in sorted(digests.items())}
+
+
 def evaluate(paths: list[str], reward_manager, grader: dict, max_error_frac: float = 0.5) -> dict:
-    """{"results": summarize(...), "protocol": generation settings + grader, "files", "reward_errors"}.
+    """{"results": summarize(...), "protocol": generation settings + grader, "files", "prompts_sha256"
+    (prompt_fingerprints), "reward_errors"}.
 
     ValueError when more than `max_error_frac` of the responses failed to score (the scorer raised or
     timed out): each would count as a wrong answer, so an accuracy of such a run measures the scorer."""
@@ -72,7 +84,8 @@ def evaluate(paths: list[str], reward_manager, grader: dict, max_error_frac: flo
     settings = {json.dumps(row.get("generation"), sort_keys=True, default=str) for row in rows}
     generation = json.loads(settings.pop()) if len(settings) == 1 else "mixed (files generated with different settings)"
     return {"results": summarize(results), "protocol": {"generation": generation, "grader": grader},
-            "files": [str(Path(p)) for p in paths], "reward_errors": sum(error is not None for error in errors)}
+            "files": [str(Path(p)) for p in paths], "prompts_sha256": prompt_fingerprints(rows),
+            "reward_errors": sum(error is not None for error in errors)}
 
 
 def format_report(report: dict) -> str:
