@@ -60,8 +60,8 @@ def render_snapshot(boards: list[tuple[dict, str, str]]) -> str:
     for board, folder, title in boards:
         lines += render_table(board, folder, title)
     lines += ["", "Each cell is `before → after` RL, after as mean ± std over the seeds; *rank* comes from "
-              "Holm-corrected pairwise Welch tests within one model's rows of one table, and recipes no test "
-              "separates share a rank."]
+              "Holm-corrected pairwise Welch tests within one model's rows of one table, over the runs that trained "
+              "every step (— where fewer than two did), and recipes no test separates share a rank."]
     return "\n".join(lines) + "\n"
 
 
