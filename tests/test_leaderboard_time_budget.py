@@ -137,6 +137,23 @@ def test_a_job_too_long_by_another_recipes_time_waits_for_its_own_running_one(tm
     assert "not starting grpo-seed1" not in capsys.readouterr().out
 
 
+def jobs_that_take(monkeypatch, seconds: float, eval_s: float) -> list[str]:
+    """start_job and finish_job replaced: every job ends at once as if it had run `seconds`, `eval_s` of them
+    evaluating. Returns the list the started jobs' names are appended to."""
+    started = []
+
+    def start(job, *rest):
+        started.append(job.name)
+        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
+
+    def finish(job, *rest):
+        job.ended, job.status, job.summary = job.started + seconds, "done", {"eval_s": eval_s}
+
+    monkeypatch.setattr(driver, "start_job", start)
+    monkeypatch.setattr(driver, "finish_job", finish)
+    return started
+
+
 def test_a_job_needs_its_time_up_to_its_evaluation_plus_the_reserve(tmp_path, monkeypatch, capsys):
     """Training stops --reserve-s before the deadline, however short the evaluation: a GSPO job of 361 s whose
     evaluation took 69 s needs 361 - 69 + 240 = 532 s left under --reserve-s 240. With 450 s left a Dr.GRPO job
@@ -146,17 +163,7 @@ def test_a_job_needs_its_time_up_to_its_evaluation_plus_the_reserve(tmp_path, mo
 
     assert time_needed_s(361, 69, 240) == 532 and time_needed_s(361, 300, 240) == 361
     assert time_needed_s(361, None, 240) == 361
-    started = []
-
-    def start(job, *rest):
-        started.append(job.name)
-        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
-
-    def finish(job, *rest):
-        job.ended, job.status, job.summary = job.started + 361, "done", {"eval_s": 69.0}
-
-    monkeypatch.setattr(driver, "start_job", start)
-    monkeypatch.setattr(driver, "finish_job", finish)
+    started = jobs_that_take(monkeypatch, 361, 69.0)
     args = driver.parse_args(["--runs-per-gpu", "1", "--min-job-s", "150", "--reserve-s", "240"])
     jobs = [driver.Job("gspo-seed1", "gspo", 1), driver.Job("drgrpo-seed1", "drgrpo", 1)]
     driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 450, {})
@@ -184,17 +191,7 @@ def test_a_recipe_known_from_timings_from_is_judged_by_its_own_time(tmp_path, mo
     (merged / "invocations").mkdir(parents=True)
     (merged / "invocations" / "a.json").write_text(json.dumps(
         {"runs_per_gpu": 1, "devices": {"0": "H200"}, "jobs": [stopped]}))
-    started = []
-
-    def start(job, *rest):
-        started.append(job.name)
-        job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
-
-    def finish(job, *rest):
-        job.ended, job.status, job.summary = job.started + 743, "done", {"eval_s": 95.0}
-
-    monkeypatch.setattr(driver, "start_job", start)
-    monkeypatch.setattr(driver, "finish_job", finish)
+    started = jobs_that_take(monkeypatch, 743, 95.0)
     for timings in ([], ["--timings-from", str(merged)]):
         started.clear()
         args = driver.parse_args(["--runs-per-gpu", "1", "--min-job-s", "200", "--reserve-s", "150", "--steps", "64",
