@@ -26,7 +26,8 @@ of the open suite's and multiplying them 27, so a policy that settles on one row
 suite's problems, so only 16 need the numbers reordered. For knights_knaves likewise: the share of one fixed pattern
 of knights and knaves in the order the question names the people (`fixed_role_shares`): with two people, "the first
 a knight, the second a knave" is the solution of 30 of 100 test problems, so copying the names and role words in that
-pattern scores 0.30.
+pattern scores 0.30. For propositional_logic, whose verifier accepts any valid conclusion that is not a tautology,
+the share that restating the question's first premise solves (`premise_copy_share`).
 
 Generators come from `reasoning-gym` (`pip install reasoning-gym`; https://github.com/open-thought/reasoning-gym).
 """
@@ -42,7 +43,7 @@ from collections import Counter
 from pathlib import Path
 
 from core.data.dataset import write_rows
-from core.reward.reasoning_gym import DATA_SOURCE_PREFIX
+from core.reward.reasoning_gym import DATA_SOURCE_PREFIX, compute_score
 
 INSTRUCTION = "Give your final answer inside <answer></answer> tags."
 TEST_SEED_OFFSET = 1_000_003  # test problems come from another stream of the generator than train's
@@ -271,6 +272,16 @@ def fixed_role_shares(test_rows: list[dict]) -> list[tuple[str, float]] | None:
     return [(roles, count / len(metadata)) for roles, count in patterns.most_common()]
 
 
+def premise_copy_share(test_rows: list[dict]) -> float | None:
+    """The share of propositional_logic's `test_rows` that answering with the question's first premise solves, as
+    the task's own verifier scores it: a premise is a valid conclusion of the premises, and the verifier gives full
+    marks to any valid one that is not a tautology. None for rows without `premises` metadata."""
+    truths = ground_truths(test_rows)
+    if not truths or not all(isinstance(t.get("metadata", {}).get("premises"), list) for t in truths):
+        return None
+    return sum(compute_score(f"<answer>{t['metadata']['premises'][0]}</answer>", t)["acc"] for t in truths) / len(truths)
+
+
 FIXED_SHORTCUTS = (("one fixed row of operators between the numbers in order", fixed_operator_shares),
                    ("one fixed pattern of roles in the order the question names the people", fixed_role_shares))
 
@@ -328,6 +339,8 @@ def answer_share_lines(test_by_task: dict[str, list[dict]]) -> list[str]:
             line += f"; {label}: " + ", ".join(f"{pattern!r} {share:.2f}" for pattern, share in shown)
             some = some_operator_row_share(rows)
             line += "" if some is None else f" (some row {some:.2f})"
+        premise = premise_copy_share(rows)
+        line += "" if premise is None else f"; restating the first premise {premise:.2f}"
         if len(answers) <= SMALL_ANSWER_SET:
             line += f"; its {len(answers)} answers: " + ", ".join(f"{a[:40]} {n}" for a, n in answers.most_common())
         lines.append(line)
