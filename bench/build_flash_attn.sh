@@ -13,8 +13,7 @@
 # A wheel in --wheel-dir whose name matches the env (flash_attn-2.8*+cu13*torch2.11*-cp312-cp312-linux_x86_64)
 # is installed without building; the build leaves its wheel there, so the next environment skips the build.
 # Only sm_90 (FLASH_ATTN_CUDA_ARCHS=90: the setup.py default also builds 80, 100 and 120) cuts the build to a
-# quarter of the kernels. Not timed end to end: each kernel file took over 165 s of nvcc in a probe, so 72 of them
-# need at least 13 min of 16 cores.
+# quarter of the kernels (72 kernel files remain, minutes of nvcc each); not timed end to end yet.
 # --head-dim D builds only the 6 bf16 kernel files of head dim D (bench/flash_attn_prune.py; Qwen3 and Llama: 128)
 # of the 72: the wheel (local version ...sm90hdimDbf16) then refuses fp16 and other head dims with an error. Even
 # so, one build of the 6 ran past 5 minutes on 16 cores (H200 host): start it with --background.
