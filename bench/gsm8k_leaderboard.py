@@ -399,14 +399,10 @@ def stop(job: Job) -> None:
 def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], command_of, deadline: float | None,
              devices: dict[str, str]) -> None:
     """Keep up to --runs-per-gpu jobs on each GPU, the least busy GPU first; a heartbeat line a minute.
-    A queued job starts only with the time it needs left before the deadline: --min-job-s, or the most a job of
-    its recipe in this invocation or an earlier one in --out or --timings-from (the same steps, jobs per GPU and
-    GPUs) needed to finish every step, or while there is none, the most of any recipe here (GRPO pass@k's long
-    answers took 625 s a job where GRPO's took 363): a run stopped short of the budget is a weaker row than one
-    not started, which a rerun will make whole. A job needs its time up to its evaluation
-    plus --reserve-s, as training stops that long before the deadline (time_needed_s). A job too long only by another
-    recipe's time stays queued while one of its own recipe runs, the jobs behind it going first: that one's time
-    decides it."""
+    A queued job starts only with the time it needs left before the deadline (JobTimes: its recipe's jobs here,
+    in --out or in --timings-from; while none is known, the slowest recipe's here): a run stopped short of the
+    budget is a weaker row than one not started, which a rerun will make whole. A job too long only by another
+    recipe's time stays queued while one of its own recipe runs, the jobs behind it going first."""
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
     times = JobTimes(args.min_job_s or args.reserve_s + MIN_TRAIN_S, args.reserve_s, earlier_job_seconds(
         [out, *map(Path, args.timings_from)], args.steps, args.runs_per_gpu, set(devices.values()), args.reserve_s))
