@@ -153,9 +153,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def check_earlier_model(path: Path, results: dict, model: str) -> None:
     """--from-eval must be of this model (checked before the problems are drawn again)."""
-    if results["protocol"]["generation"]["model"] != model:
-        raise SystemExit(f"--from-eval {path}: model {results['protocol']['generation']['model']!r}, not --model "
-                         f"{model!r}")
+    generation = results.get("protocol", {}).get("generation") if isinstance(results, dict) else None
+    had = generation.get("model") if isinstance(generation, dict) else None
+    if had != model:
+        raise SystemExit(f"--from-eval {path}: model {had!r}, not --model {model!r}"
+                         + ("" if had else " (no protocol.generation.model: not a `recipezoo eval` report)"))
 
 
 def check_earlier_problems(path: Path, results: dict, test_rows: list[dict]) -> None:
@@ -182,13 +184,13 @@ def main(argv: list[str]) -> int:
     if unknown:
         raise SystemExit(f"--tasks: unknown reasoning-gym tasks {unknown}")
     earlier = json.loads(args.from_eval.read_text()) if args.from_eval else None
-    if earlier:
+    if args.from_eval:
         check_earlier_model(args.from_eval, earlier, args.model)
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(resolve_model_path(args.model))
     record = write_screen_data(tasks, args.per_task, args.out, lambda row: len(tokenizer(tokenizer.apply_chat_template(
         row["prompt"], tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]))
-    if earlier:
+    if args.from_eval:
         check_earlier_problems(args.from_eval, earlier, read_rows(args.out / "test.parquet"))
         if args.from_eval.resolve() != (args.out / "eval.json").resolve():  # a screen rebuilt in its own folder
             shutil.copyfile(args.from_eval, args.out / "eval.json")

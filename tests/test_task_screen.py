@@ -105,6 +105,9 @@ def test_from_eval_rebuilds_the_table_without_generating_and_refuses_another_scr
     with pytest.raises(SystemExit, match=r"model 'pypi://SmolLM2-135M-Instruct', not --model 'embedded://tiny-arith'"):
         main([str(tmp_path / "elsewhere"), *argv[1:]])
     assert not (tmp_path / "elsewhere").exists()  # refused before the problems are drawn
+    earlier.write_text("{}")
+    with pytest.raises(SystemExit, match=r"model None, not --model 'embedded://tiny-arith' \(no protocol"):
+        main(argv)
 
 
 def test_from_eval_checks_the_problems_by_their_prompts_fingerprint(tmp_path):
