@@ -16,7 +16,8 @@
 # quarter of the kernels (72 kernel files remain, minutes of nvcc each); not timed end to end yet.
 # --head-dim D builds only the 6 bf16 kernel files of head dim D (bench/flash_attn_prune.py; Qwen3 and Llama: 128)
 # of the 72: the wheel (local version ...sm90hdimDbf16) then refuses fp16 and other head dims with an error. Even
-# so, one build of the 6 ran past 5 minutes on 16 cores (H200 host): start it with --background.
+# so, the build of the 6 took about 6.5 minutes on 16 cores of an H200 host (MAX_JOBS=8, NVCC_THREADS=2): start it
+# with --background. The log's last line gives the build's exit code and seconds.
 # Options: --version 2.8.3 (FLASH_ATTN_VERSION), --jobs N (MAX_JOBS; default cores / NVCC_THREADS, at most
 # one per 6 GB of free memory), NVCC_THREADS (default 2), --log FILE (default WHEEL_DIR/build_flash_attn.log).
 set -uo pipefail
@@ -135,6 +136,7 @@ esac
 rm -f "$DONE"
 build >"$LOG" 2>&1
 rc=$?
+echo "build_flash_attn: exit $rc after $SECONDS s" >>"$LOG"
 echo "$rc" >"$DONE"
 tail -n 5 "$LOG"
 exit "$rc"

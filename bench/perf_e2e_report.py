@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 from results_page import pyplot, save_plot, stacked_barh, table_header, target_verdict
+from suite_calls import same_call
 
 SPEEDUP_TARGET = 1.5
 # Our stage -> the row it lands in; TRL's phases are mapped onto the same rows by trl_grpo_gpu.py.
@@ -53,6 +54,9 @@ def e2e_section(directory: Path) -> list[str]:
         return []
     ours, trl = pair
     title = "## End to end: one GRPO step, ours vs TRL GRPOTrainer (vLLM colocate)"
+    if same_call(directory, "e2e_ours.json", "e2e_trl.json") is False:
+        return [title, "", "Not compared: ours and TRL ran in different calls (calls.json: a later call re-ran one of "
+                "them); `bash bench/perf_e2e_suite.sh` runs both on one GPU.", ""]
     if not same_machine(ours, trl):
         return [title, "", f"Not compared: ours ran on {ours['device']} and TRL on {trl['device']} (a later call re-ran "
                 "one of them); `bash bench/perf_e2e_suite.sh` runs both on one GPU.", ""]
@@ -81,7 +85,8 @@ def e2e_section(directory: Path) -> list[str]:
 
 def write_e2e_plot(directory: Path) -> list[str]:
     pair = load_pair(directory)
-    if pair is None or not same_machine(*pair):
+    if pair is None or same_call(directory, "e2e_ours.json", "e2e_trl.json") is False or not same_machine(*pair):
+        (directory / "e2e_breakdown.png").unlink(missing_ok=True)  # an earlier pair's plot no longer stands
         return []
     fig, ax = pyplot().subplots(figsize=(6, 2.8))
     stacked_barh(ax, [("TRL", pair[1]["rows"]), ("ours", pair[0]["rows"])], ROWS)

@@ -3,7 +3,8 @@
 # random-init Qwen3-0.6B, GSM8K prompts, 32 prompts × 8 samples per step, ≤ 384 prompt / 512 response tokens,
 # temperature 1, one AdamW step per rollout (lr 1e-6, no weight decay, clip 1.0), no KL/reference, token-mean loss,
 # bf16 compute over fp32 master weights, vLLM at 40% of the GPU with sleep mode, CUDA graphs on.
-# Writes results/perf/e2e_ours.json and results/perf/e2e_trl.json; then `python bench/perf_report.py`.
+# Writes results/perf/e2e_ours.json and results/perf/e2e_trl.json, records them as this call's in
+# results/perf/calls.json (bench/suite_calls.py); then `python bench/perf_report.py`.
 # Setup on a GPU machine with internet:  pip install -e . -r bench/requirements-gpu.txt   (trl included)
 # Usage: bash bench/perf_e2e_suite.sh      (E2E_STEPS, E2E_*_TIMEOUT in seconds, 0: no limit)
 #   E2E_RUNS="ours" E2E_OURS_NAME=e2e_ours_vllm024: only ours, into results/perf/e2e_ours_vllm024.json
@@ -19,6 +20,9 @@ RUNS=" ${E2E_RUNS:-ours trl} "
 OURS=${E2E_OURS_NAME:-e2e_ours}
 DATA=$(gsm8k_train512)
 MODEL=$(random_model qwen3-0.6b)
+# Which call wrote the jsons (bench/suite_calls.py): the reports compare ours with TRL only within one call.
+export BENCH_CALL=${BENCH_CALL:-$(date -u +%Y%m%dT%H%M%SZ)-$(hostname -s)}
+CALL_START=$(mktemp) && trap 'rm -f "$CALL_START"' EXIT
 if [[ $RUNS == *" ours "* ]]; then
     timeout "${E2E_OURS_TIMEOUT:-0}" python3 bench/grpo_vllm_gpu.py --model-dir "$MODEL" --data "$DATA" --steps "$STEPS" \
         --out "results/perf/$OURS" data.train_batch_size=32 rollout.n=8 data.max_prompt_length=384 \
@@ -36,3 +40,4 @@ if [[ $RUNS == *" trl "* ]]; then
         && cp results/perf/e2e_trl/trl_grpo.json results/perf/e2e_trl.json || echo "trl failed: $?"
     grep -E "^step|Error|error:" "$LOGS/e2e_trl.log" | tail -8
 fi
+python3 bench/suite_calls.py --dir results/perf --call "$BENCH_CALL" --newer "$CALL_START"

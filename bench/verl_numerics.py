@@ -12,6 +12,9 @@ verl: `compute_grpo_outcome_advantage` and the `vanilla` policy loss from verl.t
 in-process on the same tensors (pure functions: no GPU, no Ray). Each loss is evaluated twice: at the first update,
 where the current policy is π_old (ratio 1: the loss is −token-mean of the advantages), and at a seeded
 perturbation of the current log-probs (the same for both), which makes the clip and the dual clip act.
+Where no prompt group's rewards vary (a random-init model scores 0 on every response), every GRPO advantage is 0 in
+both frameworks and the loss comparison would compare zeros: both then take the same synthetic outcome rewards,
+bench/varied_reward.py's hash of each response (here of its token ids), and the report says so (`rewards`).
 verl's old log-probs come from its own actor (bench/verl_log_probs.py, packed with flash-attn on a GPU):
 `--verl-log-probs FILE`, the (B, T_resp) tensor that script saves, adds them to the comparison; without it, verl's
 loss uses ours.
@@ -41,6 +44,23 @@ def perturbed(log_probs: torch.Tensor, mask: torch.Tensor, seed: int = 0) -> tor
     """The current policy's log-probs at a seeded shift from π_old, zero off the response tokens."""
     noise = torch.randn(log_probs.shape, generator=torch.Generator().manual_seed(seed)) * PERTURBATION
     return (log_probs + noise) * mask
+
+
+def groups_vary(batch: Batch) -> bool:
+    """Whether any prompt group's outcome rewards differ, i.e. whether any GRPO advantage is non-zero."""
+    scores = batch["token_level_rewards"].sum(-1)
+    uids = batch.non_tensors["uid"]
+    return any(len({float(score) for score, uid in zip(scores, uids) if uid == group}) > 1 for group in set(uids))
+
+
+def with_synthetic_rewards(batch: Batch) -> Batch:
+    """The batch with outcome rewards (sum of response token ids mod 7) / 6 on each response's last token: they
+    vary within groups, as bench/varied_reward.py's do for the timing runs, and are the same for both frameworks."""
+    mask = batch["response_mask"]
+    scores = ((batch["responses"] * mask).sum(-1) % 7).float() / 6
+    rewards = torch.zeros(mask.shape, dtype=torch.float32)
+    rewards[torch.arange(len(batch)), mask.sum(-1).clamp(min=1) - 1] = scores
+    return Batch(tensors=batch.tensors | {"token_level_rewards": rewards}, non_tensors=batch.non_tensors)
 
 
 def ours_log_probs(batch: Batch, model_dir: str, device: str, micro_batch_tokens: int) -> torch.Tensor:
@@ -121,11 +141,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     batch = load_batch_argument(parser, args.batch)
     ours = {"old_log_probs": ours_log_probs(batch, args.model_dir, args.device, args.micro_batch_tokens)}
+    rewards = "the rollout's"
+    if not groups_vary(batch):
+        batch, rewards = with_synthetic_rewards(batch), "synthetic"
     ours |= ours_losses(batch, ours["old_log_probs"])
     verl = {"old_log_probs": torch.load(args.verl_log_probs, weights_only=True)} if args.verl_log_probs else {}
     verl |= verl_losses(batch, verl.get("old_log_probs", ours["old_log_probs"]))
     report = {"batch": args.batch, "rows": len(batch), "response_tokens": int(batch["response_mask"].sum()),
-              "verl_log_probs": args.verl_log_probs, "max_abs_diff": compare(batch, ours, verl),
+              "verl_log_probs": args.verl_log_probs, "rewards": rewards, "max_abs_diff": compare(batch, ours, verl),
               "pg_loss": {"ours": float(ours["pg_loss"]), "verl": float(verl["pg_loss"])}}
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report["max_abs_diff"]))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from perf_e2e_report import same_machine, trl_summary
 from results_page import pyplot, save_plot, stacked_barh, table_header, table_row, target_verdict
+from suite_calls import same_call
 
 SPEEDUP_TARGET = 1.25
 STAGES = ("gen", "reward", "old_log_prob", "update_actor", "sync_weights")
@@ -185,7 +186,20 @@ def numerics_lines(directory: Path, shape: str) -> list[str]:
     cells = ", ".join(f"{label} {diffs[key]:.1e}" for key, label in NUMERIC_ROWS if key in diffs)
     ours_only = "" if report.get("verl_log_probs") else " (verl's old log-probs not computed: its loss took ours)"
     return [f"- Numerics beside verl on ours' step-2 rollout ({report['rows']} responses, {report['response_tokens']:,} "
-            f"response tokens), the largest |ours − verl|: {cells}{ours_only} (`{path.name}`)."]
+            f"response tokens), the largest |ours − verl|: {cells}{ours_only}{rewards_note(report)} (`{path.name}`)."]
+
+
+def rewards_note(report: dict) -> str:
+    """What the advantage and loss rows compared: synthetic rewards, or zeros (a file from before
+    bench/verl_numerics.py substituted varied rewards, on a rollout whose groups all scored alike)."""
+    rewards = report.get("rewards")
+    if rewards is not None:
+        return "" if rewards == "the rollout's" else ("; advantages and losses on synthetic rewards that vary within "
+                                                       "groups (the rollout's groups all scored alike)")
+    losses = report.get("pg_loss") or {}
+    zeros = losses.get("ours") == losses.get("verl") == 0.0 and report["max_abs_diff"].get("advantages") == 0
+    return ("; advantages and losses were 0 in both (no group's rewards varied in this rollout), so only the old "
+            "log-probs were really compared") if zeros else ""
 
 
 def setting(config: dict, dotted: str):
@@ -195,6 +209,16 @@ def setting(config: dict, dotted: str):
     return config
 
 
+def other_call(directory: Path, run: dict, verl: dict) -> str | None:
+    """Why `run` was not measured in verl's call (a later call re-ran only part of the suite), None where it was:
+    by calls.json where the suite recorded the files, else by the device; a run that did not record its device
+    ("?": bench/scale_suite.py before 2026-11-26) is kept."""
+    together = same_call(directory, run["file"], verl["file"])
+    if together is None:
+        return None if same_machine(run, verl) else f"it ran on {run['device']}"
+    return None if together else "it ran in another call (calls.json)"
+
+
 def shape_runs(directory: Path, shape: str) -> tuple[list[dict], list[dict]]:
     """The shape's columns that ran in verl's call, and those from another machine; nothing without a verl run."""
     runs = [load_run(directory / name, framework) for framework, name in SHAPES[shape][1]
@@ -202,9 +226,9 @@ def shape_runs(directory: Path, shape: str) -> tuple[list[dict], list[dict]]:
     verl = next((run for run in runs if run["label"].startswith("verl")), None)
     if verl is None:
         return [], []
-    # A column from another machine did not run in verl's call (a later call re-ran only part of the suite); a run
-    # that did not record its device ("?": bench/scale_suite.py before 2026-11-26) is kept.
-    elsewhere = [run for run in runs if not same_machine(run, verl)]
+    for run in runs:
+        run["elsewhere"] = other_call(directory, run, verl)
+    elsewhere = [run for run in runs if run["elsewhere"]]
     return [run for run in runs if run not in elsewhere], elsewhere
 
 
@@ -222,7 +246,7 @@ def shape_section(directory: Path, shape: str) -> list[str]:
             lines.append(f"- {run['label']} ({run['file']}) did not finish: `{run['error']}`")
         elif "stopped" in run:
             lines.append(f"- {run['label']} ({run['file']}) stopped before its last step: {run['stopped']}")
-    lines += [f"- {run['label']} ({run['file']}) left out: it ran on {run['device']}, not in verl's call"
+    lines += [f"- {run['label']} ({run['file']}) left out: {run['elsewhere']}, not in verl's call"
               for run in elsewhere]
     lines += numerics_lines(directory, shape)
     shown = [f"`{key.split('.', 1)[1]}={setting(verl['config'], key)}`" for key in SHOWN_SETTINGS
@@ -234,13 +258,25 @@ def shape_section(directory: Path, shape: str) -> list[str]:
     return lines + [""]
 
 
+def flash_check_lines(directory: Path) -> list[str]:
+    """bench/flash_attn_check.py's verdict as the suite kept it before verl packed sequences, and its first line."""
+    path = directory / "flash_attn_check.txt"
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    verdict = next((line for line in reversed(lines) if line.startswith("flash_attn_check:")), "no verdict")
+    return [f"flash-attn, checked on the GPU before verl packed (`{path.name}`): {verdict.split(':', 1)[1].strip()}; "
+            f"{lines[0] if lines else ''}", ""]
+
+
 def verl_section(directory: Path) -> list[str]:
     body = [line for shape in SHAPES for line in shape_section(directory, shape)]
     if not body:
         return []
+    body = flash_check_lines(directory) + body
     return ["## Side by side: ours vs verl vs TRL, same GPUs, one call", "",
             "Each column ran in the same call on the same machine (`bash bench/verl_suite.sh` runs them all; a column "
-            "from another machine is left out), doing the same work per step (bench/verl_grpo_gpu.py lists verl's "
+            "from another call or machine is left out), doing the same work per step (bench/verl_grpo_gpu.py lists verl's "
             "settings for each shape). `other` is the step's time outside the named stages (advantages, batch "
             "balancing, padding). verl computes rewards while it "
             "generates, so its `reward` is inside `gen`; verl recomputes the old policy's log-probs, ours skips "

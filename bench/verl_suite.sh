@@ -4,7 +4,8 @@
 #           verl's environment (vLLM 0.24.0), verl's main_ppo (bench/verl_grpo_gpu.py --shape grpo)
 #   2 GPUs: DAPO steps (Qwen3-8B, 16 prompts × 16, responses up to 2048): ours (bench/scale_suite.py) and
 #           verl (--shape dapo8b); skipped on a machine with fewer than 2 GPUs
-# Writes results/perf/{e2e_ours,e2e_trl,e2e_ours_vllm024,e2e_verl,dapo8b_ours,dapo8b_verl}.json, and beside them
+# Writes results/perf/{e2e_ours,e2e_trl,e2e_ours_vllm024,e2e_verl,dapo8b_ours,dapo8b_verl}.json (recorded as this call's
+# in results/perf/calls.json: bench/suite_calls.py), and beside them
 # {grpo,dapo8b}_numerics.json: ours' run saves its step-2 batch (trainer.save_batch_step), then, in verl's environment,
 # bench/verl_log_probs.py computes verl's old log-probs of it and bench/verl_numerics.py compares both frameworks'
 # old log-probs, advantages and loss on it (a failure is recorded there; the suite goes on).
@@ -100,12 +101,17 @@ verl_packing() {  # on or off: what verl runs with, after flash-attn is installe
     if ! "$VERL_PY" -c "import flash_attn" 2>/dev/null && [ -n "$WHEELS" ]; then
         bash bench/build_flash_attn.sh --python "$VERL_PY" --wheel-dir "$WHEELS" >&2
     fi
-    if CUDA_VISIBLE_DEVICES=${VISIBLE[0]} "$VERL_PY" bench/flash_attn_check.py >&2; then echo on; return; fi
+    # its output kept beside the results (pipefail: the check's exit status decides)
+    if CUDA_VISIBLE_DEVICES=${VISIBLE[0]} "$VERL_PY" bench/flash_attn_check.py 2>&1 | tee results/perf/flash_attn_check.txt >&2
+    then echo on; return; fi
     [ "$PACKING" = on ] && { echo "== --packing on, but flash-attn is missing or failed its check: verl not run" >&2; return 1; }
     echo "== flash-attn missing or failed its check: verl runs padded (not at its best)" >&2
     echo off
 }
 
+# Which call wrote each json (bench/suite_calls.py): a column another call left in results/perf is not compared.
+export BENCH_CALL=${BENCH_CALL:-$(date -u +%Y%m%dT%H%M%SZ)-$(hostname -s)}
+touch "$SUITE_DIR/call.start"
 source bench/gpu_inputs.sh  # random_model, gsm8k_train512: made once under BENCH_WORK, as perf_e2e_suite.sh does
 NEXT_GPU=0
 IFS=, read -ra VISIBLE <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 63)}"  # the GPUs the caller gave us, in order
@@ -198,4 +204,5 @@ if wants ours; then  # one GPU each, after the runs: the models the columns load
             && numerics "$shape" "$model"
     done
 fi
+"$OURS_PY" bench/suite_calls.py --dir results/perf --call "$BENCH_CALL" --newer "$SUITE_DIR/call.start"
 "$OURS_PY" bench/perf_report.py

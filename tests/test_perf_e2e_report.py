@@ -7,7 +7,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from perf_e2e_report import e2e_section  # noqa: E402
+from perf_e2e_report import e2e_section, write_e2e_plot  # noqa: E402
+from suite_calls import record  # noqa: E402
 
 
 def write_pair(directory: Path, ours_device: str, trl_device: str) -> None:
@@ -32,3 +33,12 @@ def test_runs_from_two_machines_are_not_compared(tmp_path):
     write_pair(tmp_path, "GPU-X", "GPU-Y")
     text = "\n".join(e2e_section(tmp_path))
     assert "Not compared: ours ran on GPU-X and TRL on GPU-Y" in text and "Speed-up" not in text
+
+
+def test_runs_from_two_calls_on_one_gpu_model_are_not_compared_and_the_old_plot_goes(tmp_path):
+    write_pair(tmp_path, "GPU-X", "GPU-X")
+    assert write_e2e_plot(tmp_path) == ["e2e_breakdown.png"] and (tmp_path / "e2e_breakdown.png").exists()
+    record(tmp_path, "call-2", ["e2e_ours.json"])  # a later call re-ran ours only
+    text = "\n".join(e2e_section(tmp_path))
+    assert "Not compared: ours and TRL ran in different calls" in text and "Speed-up" not in text
+    assert write_e2e_plot(tmp_path) == [] and not (tmp_path / "e2e_breakdown.png").exists()

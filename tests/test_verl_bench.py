@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+from suite_calls import record  # noqa: E402
 from verl_grpo_gpu import SHAPES, WITHOUT_FLASH_ATTN, compose, packing_on, read_steps, token_budgets, verl_overrides  # noqa: E402
 from verl_report import verl_section, write_verl_plot  # noqa: E402
 
@@ -288,3 +289,37 @@ def test_each_shape_shows_its_numerics_beside_verl_or_why_they_are_missing(synth
 
 def test_no_numerics_file_no_numerics_line(synthetic_runs):
     assert "Numerics" not in "\n".join(verl_section(synthetic_runs))
+
+
+def test_a_column_another_call_left_behind_is_left_out_by_calls_json(synthetic_runs):
+    """Same GPU model, so only calls.json tells that TRL's file is from an earlier call than verl's."""
+    record(synthetic_runs, "20261129T0937Z-a", ["e2e_ours.json", "e2e_ours_vllm024.json", "e2e_verl.json"])
+    text = "\n".join(verl_section(synthetic_runs))
+    grpo = text[:text.index("One DAPO step")]
+    assert "| stage (s) | ours (vLLM 0.26.0) | ours (vLLM 0.24.0) | verl 0.9.1 (vLLM 0.24.0) |" in grpo
+    assert "TRL 1.16.0 (e2e_trl.json) left out: it ran in another call (calls.json), not in verl's call" in grpo
+    assert "(dapo8b_ours.json) left out" not in text  # neither dapo8b file is recorded: compared by device, as before
+    record(synthetic_runs, "20261129T0937Z-a", ["e2e_trl.json"])
+    assert "(e2e_trl.json) left out" not in "\n".join(verl_section(synthetic_runs))
+
+
+def test_the_numerics_line_says_what_the_advantages_and_losses_compared(synthetic_runs):
+    numerics = {"rows": 4, "response_tokens": 8, "verl_log_probs": "v.pt",
+                "max_abs_diff": {"old_log_probs": 0.04, "advantages": 0.0, "pg_loss": 0.0, "pg_loss_perturbed": 0.0},
+                "pg_loss": {"ours": 0.0, "verl": 0.0}}
+    write(synthetic_runs, "grpo_numerics.json", numerics)  # written before the rewards field: zeros in both
+    assert "advantages and losses were 0 in both" in "\n".join(verl_section(synthetic_runs))
+    write(synthetic_runs, "grpo_numerics.json", numerics | {"rewards": "synthetic"})
+    assert "on synthetic rewards that vary within groups" in "\n".join(verl_section(synthetic_runs))
+    write(synthetic_runs, "grpo_numerics.json", numerics | {"rewards": "the rollout's"})
+    text = "\n".join(verl_section(synthetic_runs))
+    assert "synthetic" not in text and "were 0 in both" not in text
+
+
+def test_the_flash_attn_check_the_suite_kept_is_quoted_before_the_tables(synthetic_runs):
+    (synthetic_runs / "flash_attn_check.txt").write_text("flash-attn 2.8.3, torch 2.11, GPU-X: causal bf16 varlen\n"
+                                                        "  out: ok\nflash_attn_check: pass\n")
+    text = "\n".join(verl_section(synthetic_runs))
+    assert ("flash-attn, checked on the GPU before verl packed (`flash_attn_check.txt`): pass; flash-attn 2.8.3, "
+            "torch 2.11, GPU-X: causal bf16 varlen") in text
+    assert text.index("flash_attn_check.txt") < text.index("### One GRPO step")

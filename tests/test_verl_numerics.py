@@ -105,3 +105,18 @@ def test_a_batch_file_that_is_missing_or_not_a_saved_batch_is_one_line(tmp_path,
         error = capsys.readouterr().err.strip().splitlines()[-1]
         assert f"error: --batch {path}: " in error and expected in error, error
     assert not (tmp_path / "o.json").exists()
+
+
+def test_a_rollout_whose_groups_all_scored_alike_gets_varied_synthetic_rewards():
+    batch = hand_batch()
+    batch.tensors["responses"] = torch.tensor([[5, 0, 0], [3, 4, 0], [1, 1, 0], [2, 2, 2]])
+    assert numerics.groups_vary(batch)
+    batch.tensors["token_level_rewards"] = torch.zeros(4, 3)  # a random-init model: every response scores 0
+    assert not numerics.groups_vary(batch)
+    synthetic = numerics.with_synthetic_rewards(batch)
+    # (sum of the response's token ids mod 7) / 6 on its last token: 5, 7 → 0, 2, 6 → 5/6, 0, 2/6, 6/6.
+    expected = torch.zeros(4, 3)
+    expected[0, 0], expected[2, 1], expected[3, 2] = 5 / 6, 2 / 6, 1.0
+    torch.testing.assert_close(synthetic["token_level_rewards"], expected)
+    assert numerics.groups_vary(synthetic)
+    assert float(numerics.ours_losses(synthetic, torch.zeros(4, 3))["pg_loss"]) != 0.0
