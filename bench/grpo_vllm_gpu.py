@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -39,6 +40,7 @@ def used_gib() -> float:
 
 
 def main() -> int:
+    started = time.time()  # wall_s counts from here: the start (engine, model, data) and the steps after it
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--data", required=True)
@@ -71,7 +73,7 @@ def main() -> int:
         return {"device": device, "model_dir": args.model_dir, "steps": steps,
                 "sleeps": sleeps, "config": {k: str(v) for k, v in _config_summary(config).items()},
                 "command": "python " + " ".join(sys.argv), "peak_memory_gib": memory.peaks_gib(),
-                "versions": versions(config.rollout.name)}
+                "versions": versions(config.rollout.name), "wall_s": time.time() - started}
 
     def captured_log(metrics, step):
         steps.append({"step": step, **{k: float(metrics[k]) for k in KEPT if k in metrics}})

@@ -98,6 +98,8 @@ def load_run(path: Path, framework: str) -> dict:
     if not steps:
         error = report.get("error") or "no step finished"
         return run | {"error": f"exit {report.get('returncode')}: " + " / ".join(error.splitlines()[-6:])}
+    if report.get("wall_s") is not None:  # the run's start and shutdown: what its steps leave of its wall time
+        run["outside_steps_s"] = report["wall_s"] - sum(step["timing_s/step"] for step in steps)
     if report.get("returncode", 0) != 0:  # stopped (its time limit) or crashed after some steps: keep those steps
         run["stopped"] = f"exit {report['returncode']} after {len(steps)} step(s), {report.get('wall_s', 0):.0f} s in all"
     return run | from_steps(steps)
@@ -126,6 +128,8 @@ def table(runs: list[dict]) -> list[str]:
         table_row(["peak GPU memory (GiB)", *(f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None
                                               else "not recorded" for r in runs)]),
         table_row(["first step (not in the medians)", *(cell(r, f"{r.get('first_step', 0):.2f}") for r in runs)]),
+        table_row(["start + shutdown (wall − steps)", *(f"{r['outside_steps_s']:.0f}" if "outside_steps_s" in r
+                                                        else "not recorded" for r in runs)]),
     ]
     if any("first_step" in run and "rows" not in run for run in runs):
         lines += ["", "A run finished only its first step, so the first steps by stage (each includes its "

@@ -323,3 +323,11 @@ def test_the_flash_attn_check_the_suite_kept_is_quoted_before_the_tables(synthet
     assert ("flash-attn, checked on the GPU before verl packed (`flash_attn_check.txt`): pass; flash-attn 2.8.3, "
             "torch 2.11, GPU-X: causal bf16 varlen") in text
     assert text.index("flash_attn_check.txt") < text.index("### One GRPO step")
+
+
+def test_start_and_shutdown_are_the_wall_time_the_steps_leave(synthetic_runs):
+    verl = json.loads((synthetic_runs / "e2e_verl.json").read_text())
+    write(synthetic_runs, "e2e_verl.json", verl | {"wall_s": 100.0})  # steps of 30 + 14 + 14 s
+    text = "\n".join(verl_section(synthetic_runs))
+    grpo = text[:text.index("One DAPO step")]
+    assert "| start + shutdown (wall − steps) | not recorded | not recorded | 42 | not recorded |" in grpo
