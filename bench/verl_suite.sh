@@ -24,7 +24,10 @@
 #                            instead of one after another on the same GPUs
 #   --background / --status  start the whole call detached (log and done-marker in BENCH_WORK/verl_suite), then
 #                            poll it: the 8B verl run alone takes ~9 min to its first step
-# Env: VERL_SUITE_TIMEOUT=1800 s per verl run, BENCH_WORK=/tmp for inputs and logs, VENVS.
+# Env: VERL_SUITE_TIMEOUT=1800 s per verl run, BENCH_WORK=/tmp for inputs and logs, VENVS, BENCH_CALL: the id
+#   results/perf/calls.json records for the files this call writes (default: start time and host); give several
+#   invocations on one machine the same id to compare their columns (`--runs verl` after `--runs "ours ours024"`,
+#   which can run while bench/build_flash_attn.sh --background builds; ours' numerics batch is scored then).
 set -uo pipefail
 SELF=$(realpath "$0")
 cd "$(dirname "$0")/.." || exit
