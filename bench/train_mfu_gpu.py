@@ -9,7 +9,9 @@ lengths uniform in [32, 1024], random tokens, random advantages; one optimizer s
          (the issue's anchor: plain HF code);
   ours   padding removed (varlen flash attention), token-budget micro-batches, chunked log-prob head,
          bf16 compute over fp32 master weights (FSDP2), no activation checkpointing;
-  ours_compiled  the same with each decoder block under torch.compile (actor.compile_layers).
+  ours_compiled  the same with each decoder block under torch.compile (actor.compile_layers);
+  ours_ckpt, ours_compiled_ckpt  either with activation checkpointing (actor.gradient_checkpointing, as the
+         run_qwen3_8b.sh scripts set it): the recomputed forward is not credited.
 MFU counts the useful model FLOPs only (so padding and recomputation are not credited):
 6·(decoder matmul params)·tokens + 6·n_layers·heads·head_dim·Σ s² (causal attention, fwd+bwd)
 + 6·V·D·(response tokens: the only positions whose logits are needed), over 989 TFLOP/s.
@@ -36,7 +38,7 @@ from core.engine.fsdp import FSDPEngine, OptimConfig  # noqa: E402
 
 PEAK_BF16 = 989e12  # H100/H200 SXM dense bf16, the issue's reference
 ACTOR = SimpleNamespace(policy_loss="ppo_clip", loss_agg_mode="token-mean", clip_ratio_low=0.2, clip_ratio_high=0.2,
-                        clip_ratio_c=3.0, entropy_coeff=0.0, use_kl_loss=False)
+                        clip_ratio_c=3.0, entropy_coeff=0.0, use_kl_loss=False, kl_cov_coef=0.0)
 
 
 def rl_batch(rows: int, vocab: int, seed: int = 0) -> Batch:
@@ -100,7 +102,8 @@ def timed(fn, steps: int) -> list[float]:
 
 
 def run_variant(variant: str, args, config, batch: Batch, world) -> dict:
-    """`variant` is naive, ours or ours_compiled, optionally @N: a token budget other than --micro-batch-tokens."""
+    """`variant` is naive, ours or ours_compiled (either + _ckpt), optionally @N: a token budget other than
+    --micro-batch-tokens."""
     variant, _, budget = variant.partition("@")
     budget = int(budget) if budget else args.micro_batch_tokens
     torch.manual_seed(0)
@@ -116,7 +119,8 @@ def run_variant(variant: str, args, config, batch: Batch, world) -> dict:
     else:
         engine = FSDPEngine(model, world, optim=OptimConfig(lr=1e-6), mixed_precision="bf16",
                             remove_padding=True, micro_batch_tokens=budget,
-                            compile_layers=variant == "ours_compiled")
+                            compile_layers=variant.removesuffix("_ckpt") == "ours_compiled",
+                            gradient_checkpointing=variant.endswith("_ckpt"))
         forward = timed(lambda: batch.tensors.__setitem__("old_log_probs", engine.compute_log_probs(batch)), 1)
         loss = make_actor_loss(ACTOR, max_response_length=batch["responses"].shape[1])
         step = lambda: engine.update(batch, loss, mini_batch_size=len(batch))  # noqa: E731
@@ -154,8 +158,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384, help="for variants without @N")
     parser.add_argument("--variants", default="ours@8192,ours@16384,naive")
+    parser.add_argument("--num-layers", type=int, help="keep the config's widths, with this many decoder layers: "
+                        "a large model's layers on one GPU (the embeddings and head stay whole)")
     args = parser.parse_args()
     config = AutoConfig.from_pretrained(args.config_dir)
+    if args.num_layers is not None:
+        if not 1 <= args.num_layers <= config.num_hidden_layers:
+            parser.error(f"--num-layers {args.num_layers}: expected 1 to the config's {config.num_hidden_layers}")
+        config.num_hidden_layers = args.num_layers
+        if getattr(config, "layer_types", None):  # per-layer attention kinds, one per layer (transformers 5)
+            config.layer_types = config.layer_types[:args.num_layers]
     world = init_distributed("cuda")
     batch = rl_batch(args.rows, config.vocab_size)
     report = {"model": args.name, "device": torch.cuda.get_device_name(), "command": " ".join(sys.argv),
