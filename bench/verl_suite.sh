@@ -18,7 +18,10 @@
 #   --shapes "grpo dapo8b"   --steps 4 (at least 4: the table compares the steps after the first)
 #   --packing auto|on|off    verl's sequence packing; auto: on where flash-attn imports and bench/flash_attn_check.py
 #                            passes on this GPU; off: padded with SDPA, as the first side-by-side ran
-#   --flash-attn-wheels DIR  install flash-attn into verl's env from DIR (or build it there) when it is missing
+#   --flash-attn-wheels DIR  install flash-attn into verl's env from DIR (or build it there, in the background
+#                            while ours' columns run; verl's first launch waits for it) when it is missing
+#   --flash-attn-head-dim D  build only head dim D's bf16 kernels (bench/build_flash_attn.sh --head-dim: both
+#                            shapes are Qwen3, 128), about 6.5 minutes on 16 cores instead of the whole library
 #   --runs "ours trl ours024 verl"   a subset re-runs only those columns
 #   --side-by-side           every column on its own GPUs at the same time (1+1+1 for grpo, 2+2 for dapo8b)
 #                            instead of one after another on the same GPUs
@@ -34,13 +37,14 @@ cd "$(dirname "$0")/.." || exit
 ROOT=$PWD
 VENVS=${VENVS:-$HOME/.cache/recipezoo-bench}
 STEPS=4 SHAPES=" grpo dapo8b " TIMEOUT=${VERL_SUITE_TIMEOUT:-1800}
-PACKING=auto WHEELS="" RUNS=" ours trl ours024 verl " SIDE_BY_SIDE=0 MODE=run ARGS=("$@")
+PACKING=auto WHEELS="" FLASH_HEAD_DIM="" RUNS=" ours trl ours024 verl " SIDE_BY_SIDE=0 MODE=run ARGS=("$@")
 while [ $# -gt 0 ]; do
     case "$1" in
         --shapes) SHAPES=" $2 "; shift 2 ;;
         --steps) STEPS=$2; shift 2 ;;
         --packing) PACKING=$2; shift 2 ;;
         --flash-attn-wheels) WHEELS=$2; shift 2 ;;
+        --flash-attn-head-dim) FLASH_HEAD_DIM=$2; shift 2 ;;
         --runs) RUNS=" $2 "; shift 2 ;;
         --side-by-side) SIDE_BY_SIDE=1; shift ;;
         --background) MODE=background; shift ;;
@@ -99,22 +103,15 @@ VERL_PY=${VERL_PY:-$(venv verl)} || { echo "could not make verl's environment" >
 with() { PATH="$(dirname "$1"):$PATH" "${@:2}"; }  # with PYTHON CMD...: CMD with that env's python3 first
 wants() { [[ $RUNS == *" $1 "* ]]; }
 
-verl_packing() {  # on or off: what verl runs with, after flash-attn is installed and checked on this GPU
-    [ "$PACKING" = off ] && { echo off; return; }
-    if ! "$VERL_PY" -c "import flash_attn" 2>/dev/null && [ -n "$WHEELS" ]; then
-        bash bench/build_flash_attn.sh --python "$VERL_PY" --wheel-dir "$WHEELS" >&2
-    fi
-    # its output kept beside the results (pipefail: the check's exit status decides)
-    if CUDA_VISIBLE_DEVICES=${VISIBLE[0]} "$VERL_PY" bench/flash_attn_check.py 2>&1 | tee results/perf/flash_attn_check.txt >&2
-    then echo on; return; fi
-    [ "$PACKING" = on ] && { echo "== --packing on, but flash-attn is missing or failed its check: verl not run" >&2; return 1; }
-    echo "== flash-attn missing or failed its check: verl runs padded (not at its best)" >&2
-    echo off
+source bench/verl_flash.sh  # flash_build_start, verl_packing: the build goes on while ours' columns run
+verl_ready() {  # VERL_PACKING, once, in this shell, before verl's first launch; false (verl dropped) if it cannot run
+    [ -n "${VERL_PACKING:-}" ] && return 0
+    CHECK_GPU=${VISIBLE[0]} CHECK_OUT=results/perf/flash_attn_check.txt
+    VERL_PACKING=$(verl_packing) && return 0
+    RUNS=${RUNS/ verl / }
+    return 1
 }
 
-# Which call wrote each json (bench/suite_calls.py): a column another call left in results/perf is not compared.
-export BENCH_CALL=${BENCH_CALL:-$(date -u +%Y%m%dT%H%M%SZ)-$(hostname -s)}
-touch "$SUITE_DIR/call.start"
 source bench/gpu_inputs.sh  # random_model, gsm8k_train512: made once under BENCH_WORK, as perf_e2e_suite.sh does
 NEXT_GPU=0
 IFS=, read -ra VISIBLE <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 63)}"  # the GPUs the caller gave us, in order
@@ -141,7 +138,7 @@ grpo_shape() {  # one GPU each: ours then TRL, ours on verl's vLLM, verl; the sa
         launch 1 ours024 with "$VERL_PY" env E2E_STEPS="$STEPS" E2E_LOGS="$BENCH_WORK" E2E_RUNS=ours \
             E2E_OURS_NAME=e2e_ours_vllm024 bash bench/perf_e2e_suite.sh
     fi
-    if wants verl; then launch 1 "verl grpo" verl_run grpo "$model" "$data" e2e_verl; fi
+    if wants verl && verl_ready; then launch 1 "verl grpo" verl_run grpo "$model" "$data" e2e_verl; fi
 }
 
 dapo8b_shape() {  # two GPUs each: our DAPO launcher as bench/scale_suite.py runs it, and verl's on the same data
@@ -151,7 +148,9 @@ dapo8b_shape() {  # two GPUs each: our DAPO launcher as bench/scale_suite.py run
         [ -f "$data/$split.parquet" ] || "$OURS_PY" -m core.cli data gsm8k --split "$split" --out "$data" || return 1
     done
     if wants ours; then launch 2 "ours dapo8b" ours_dapo8b "$data"; fi
-    if wants verl; then launch 2 "verl dapo8b" verl_run dapo8b "$model" "$data/train.parquet" dapo8b_verl; fi
+    if wants verl && verl_ready; then
+        launch 2 "verl dapo8b" verl_run dapo8b "$model" "$data/train.parquet" dapo8b_verl
+    fi
 }
 
 ours_dapo8b() {
@@ -192,7 +191,7 @@ verl_run() {  # verl_run SHAPE MODEL DATA NAME: verl's main_ppo, its json into r
     cp "$SUITE_DIR/$1/verl.json" "results/perf/$4.json"  # written with verl's error when it failed
 }
 
-if wants verl; then VERL_PACKING=$(verl_packing) || RUNS=${RUNS/ verl / }; fi
+if wants verl; then flash_build_start || echo "== the flash-attn build did not start: verl runs as verl_packing finds it" >&2; fi
 RAN=""  # the shapes that ran, whose ours' batch the numerics score
 if [[ $SHAPES == *" grpo "* ]]; then grpo_shape; RAN+=" grpo"; fi
 if [[ $SHAPES == *" dapo8b "* ]]; then
