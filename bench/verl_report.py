@@ -224,7 +224,8 @@ def other_call(directory: Path, run: dict, verl: dict) -> str | None:
 
 
 def shape_runs(directory: Path, shape: str) -> tuple[list[dict], list[dict]]:
-    """The shape's columns that ran in verl's call, and those from another machine; nothing without a verl run."""
+    """The shape's columns that ran in verl's call, and those from another call or machine; nothing without a verl
+    run."""
     runs = [load_run(directory / name, framework) for framework, name in SHAPES[shape][1]
             if (directory / name).exists()]
     verl = next((run for run in runs if run["label"].startswith("verl")), None)
@@ -263,14 +264,14 @@ def shape_section(directory: Path, shape: str) -> list[str]:
 
 
 def flash_check_lines(directory: Path) -> list[str]:
-    """bench/flash_attn_check.py's verdict as the suite kept it before verl packed sequences, and its first line."""
+    """bench/flash_attn_check.py's verdict as the suite kept it before verl's run, and the check's first line."""
     path = directory / "flash_attn_check.txt"
     if not path.exists():
         return []
     lines = path.read_text().splitlines()
-    verdict = next((line for line in reversed(lines) if line.startswith("flash_attn_check:")), "no verdict")
-    return [f"flash-attn, checked on the GPU before verl packed (`{path.name}`): {verdict.split(':', 1)[1].strip()}; "
-            f"{lines[0] if lines else ''}", ""]
+    verdict = next((line.split(":", 1)[1].strip() for line in reversed(lines) if line.startswith("flash_attn_check:")),
+                   "no verdict (the check did not finish)")
+    return [f"flash-attn's GPU check before verl's run (`{path.name}`): {verdict}; {lines[0] if lines else ''}", ""]
 
 
 def verl_section(directory: Path) -> list[str]:

@@ -320,9 +320,11 @@ def test_the_flash_attn_check_the_suite_kept_is_quoted_before_the_tables(synthet
     (synthetic_runs / "flash_attn_check.txt").write_text("flash-attn 2.8.3, torch 2.11, GPU-X: causal bf16 varlen\n"
                                                         "  out: ok\nflash_attn_check: pass\n")
     text = "\n".join(verl_section(synthetic_runs))
-    assert ("flash-attn, checked on the GPU before verl packed (`flash_attn_check.txt`): pass; flash-attn 2.8.3, "
+    assert ("flash-attn's GPU check before verl's run (`flash_attn_check.txt`): pass; flash-attn 2.8.3, "
             "torch 2.11, GPU-X: causal bf16 varlen") in text
     assert text.index("flash_attn_check.txt") < text.index("### One GRPO step")
+    (synthetic_runs / "flash_attn_check.txt").write_text("flash-attn 2.8.3, torch 2.11, GPU-X\nTraceback\n")
+    assert "(`flash_attn_check.txt`): no verdict (the check did not finish)" in "\n".join(verl_section(synthetic_runs))
 
 
 def test_start_and_shutdown_are_the_wall_time_the_steps_leave(synthetic_runs):
