@@ -11,7 +11,8 @@ lengths uniform in [32, 1024], random tokens, random advantages; one optimizer s
          bf16 compute over fp32 master weights (FSDP2), no activation checkpointing;
   ours_compiled  the same with each decoder block under torch.compile (actor.compile_layers);
   ours_ckpt, ours_compiled_ckpt  either with activation checkpointing (actor.gradient_checkpointing, as the
-         run_qwen3_8b.sh scripts set it): the recomputed forward is not credited.
+         run_qwen3_8b.sh scripts set it): the recomputed forward is not credited; _ckptN checkpoints only the
+         first N decoder layers (actor.checkpoint_layers=N).
 MFU counts the useful model FLOPs only (so padding and recomputation are not credited):
 6·(decoder matmul params)·tokens + 6·n_layers·heads·head_dim·Σ s² (causal attention, fwd+bwd)
 + 6·V·D·(response tokens: the only positions whose logits are needed), over 989 TFLOP/s.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -36,6 +38,7 @@ from core.data.batch import Batch  # noqa: E402
 from core.engine.distributed import init_distributed  # noqa: E402
 from core.engine.fsdp import FSDPEngine, OptimConfig  # noqa: E402
 
+OURS_VARIANT = r"(ours|ours_compiled)(_ckpt(\d*))?"  # ours, compiled or not, checkpointing all or the first N layers
 PEAK_BF16 = 989e12  # H100/H200 SXM dense bf16, the issue's reference
 ACTOR = SimpleNamespace(policy_loss="ppo_clip", loss_agg_mode="token-mean", clip_ratio_low=0.2, clip_ratio_high=0.2,
                         clip_ratio_c=3.0, entropy_coeff=0.0, use_kl_loss=False, kl_cov_coef=0.0)
@@ -102,8 +105,8 @@ def timed(fn, steps: int) -> list[float]:
 
 
 def run_variant(variant: str, args, config, batch: Batch, world) -> dict:
-    """`variant` is naive, ours or ours_compiled (either + _ckpt), optionally @N: a token budget other than
-    --micro-batch-tokens."""
+    """`variant` is naive, ours or ours_compiled (either + _ckpt or _ckptN), optionally @N: a token budget other
+    than --micro-batch-tokens."""
     variant, _, budget = variant.partition("@")
     budget = int(budget) if budget else args.micro_batch_tokens
     torch.manual_seed(0)
@@ -117,10 +120,10 @@ def run_variant(variant: str, args, config, batch: Batch, world) -> dict:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
         step = lambda: naive_update(model, optimizer, batch)  # noqa: E731
     else:
+        base, ckpt, layers = re.fullmatch(OURS_VARIANT, variant).groups()
         engine = FSDPEngine(model, world, optim=OptimConfig(lr=1e-6), mixed_precision="bf16",
-                            remove_padding=True, micro_batch_tokens=budget,
-                            compile_layers=variant.removesuffix("_ckpt") == "ours_compiled",
-                            gradient_checkpointing=variant.endswith("_ckpt"))
+                            remove_padding=True, micro_batch_tokens=budget, compile_layers=base == "ours_compiled",
+                            gradient_checkpointing=ckpt is not None, checkpoint_layers=int(layers) if layers else None)
         forward = timed(lambda: batch.tensors.__setitem__("old_log_probs", engine.compute_log_probs(batch)), 1)
         loss = make_actor_loss(ACTOR, max_response_length=batch["responses"].shape[1])
         step = lambda: engine.update(batch, loss, mini_batch_size=len(batch))  # noqa: E731
@@ -161,6 +164,10 @@ def main() -> None:
     parser.add_argument("--num-layers", type=int, help="keep the config's widths, with this many decoder layers: "
                         "a large model's layers on one GPU (the embeddings and head stay whole)")
     args = parser.parse_args()
+    bad = [v for v in args.variants.split(",") if not re.fullmatch(rf"(naive|{OURS_VARIANT})(@\d+)?", v)]
+    if bad:
+        parser.error(f"--variants: {', '.join(bad)}: expected naive, ours or ours_compiled, each with _ckpt or _ckptN "
+                     "(the first N layers) and @TOKENS if wanted")
     config = AutoConfig.from_pretrained(args.config_dir)
     if args.num_layers is not None:
         if not 1 <= args.num_layers <= config.num_hidden_layers:

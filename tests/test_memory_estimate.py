@@ -3,7 +3,14 @@
 import pytest
 from omegaconf import OmegaConf
 
-from core.trainer.memory_estimate import GIB, check_engine_holds_weights, count_parameters, training_state
+from core.trainer.memory_estimate import (
+    GIB,
+    ModelShape,
+    activation_bytes,
+    check_engine_holds_weights,
+    count_parameters,
+    training_state,
+)
 
 
 def config(**rollout):
@@ -216,3 +223,19 @@ def test_expandable_segments_named_only_where_the_cached_blocks_alone_are_over()
     assert expandable_segments_lever(settings(engine="sglang"), found, 95 * GIB) is None  # refused beside SGLang
     assert expandable_segments_lever(settings(), found, 85 * GIB) is None  # the update's own bytes are over
     assert expandable_segments_lever(settings(), {**found, "generation_peak": 96 * GIB}, 95 * GIB) is None
+
+
+def test_activations_with_the_first_layers_checkpointed_by_hand():
+    """4 layers of hidden 8, kv width 4, intermediate 16: a layer's internals are 2 bytes × (7·8 + 3·4 + 5·16) = 296
+    bytes a token, its input 2 × 8 = 16. 10 tokens."""
+    shape = ModelShape(hidden=8, layers=4, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=32,
+                       tied_embeddings=False)
+
+    def parts(checkpointed):
+        found = activation_bytes(shape, 10, checkpointed=checkpointed, chunk_tokens=1)
+        return found["layer_inputs"], found["layer_internals"]
+
+    assert parts(0) == (0, 296 * 10 * 4)  # every layer keeps its internals
+    assert parts(4) == (16 * 10 * 4, 296 * 10 * 1)  # every layer keeps its input; one recomputes at a time
+    assert parts(1) == (16 * 10 * 1, 296 * 10 * 3)  # the 3 others' internals, freed before layer 0 recomputes
+    assert parts(3) == (16 * 10 * 3, 296 * 10 * 1)  # one kept, or one recomputed: the same peak

@@ -33,6 +33,7 @@ def config(**actor):
         "rollout": {"name": "vllm", "n": 16, "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.5},
         "actor": {"cpu_offload": False, "mixed_precision": "auto", "ppo_mini_batch_size": 32, "micro_batch_size": 16,
                   "micro_batch_tokens": None, "tensor_parallel_size": 1, "gradient_checkpointing": True,
+                  "checkpoint_layers": None,
                   "logprob_chunk_tokens": 2048, **actor}})
 
 

@@ -31,3 +31,12 @@ def test_num_layers_beyond_the_config_is_one_line():
                              "--num-layers", "99"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 2
     assert "--num-layers 99: expected 1 to the config's 28" in result.stderr
+
+
+def test_an_unknown_variant_is_one_line_before_the_gpu_is_touched():
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "train_mfu_gpu.py"), "--config-dir",
+                             str(ROOT / "bench" / "configs" / "qwen3-0.6b"), "--name", "x", "--out", "/nonexistent",
+                             "--variants", "ours_compiled_ckpt6@8192,ours_fast"], capture_output=True, text=True,
+                            cwd=ROOT)
+    assert result.returncode == 2
+    assert "--variants: ours_fast: expected naive, ours or ours_compiled" in result.stderr

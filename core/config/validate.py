@@ -60,6 +60,7 @@ KINDS_BEYOND_DEFAULT = {
     "trainer.resume": ("str", "null"),  # disable | auto | a checkpoint path
     "data.val_max_samples": ("int", "null"),  # null = all
     "actor.micro_batch_tokens": ("int", "null"),
+    "actor.checkpoint_layers": ("int", "null"),  # null = every layer
     "rollout.max_model_len": ("int", "null"),
     "data.train_files": ("str", "list"),  # one file or a list of them
     "data.val_files": ("str", "list"),
@@ -78,6 +79,7 @@ RANGES = {  # key -> the valid range, as the error states it
         "data.train_batch_size", "data.max_prompt_length", "data.max_response_length", "data.val_max_samples",
         "rollout.n", "rollout.val_n", "rollout.tensor_model_parallel_size", "rollout.max_model_len",
         "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "actor.micro_batch_tokens",
+        "actor.checkpoint_layers",
         "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
         "reward.num_workers", "trainer.total_steps",
         "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers",
@@ -128,7 +130,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_stream_groups(resolved)
     check_rollout_log_probs(resolved)
     check_placement(resolved)
-    check_allocator(resolved)
+    check_actor_memory(resolved)
     check_profile_steps(resolved)
     check_save_batch(resolved)
     check_multi_turn(resolved)
@@ -398,9 +400,15 @@ def check_placement(resolved: dict) -> None:
             raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.placement=disaggregated — {why}")
 
 
-def check_allocator(resolved: dict) -> None:
-    """`actor.expandable_segments` beside the engine that shares the device (core/engine/allocator.py)."""
-    if resolved["actor"]["expandable_segments"] and resolved["rollout"]["name"] == "sglang":
+def check_actor_memory(resolved: dict) -> None:
+    """`actor.expandable_segments` beside the engine that shares the device (core/engine/allocator.py), and
+    `actor.checkpoint_layers`, which only picks the layers gradient checkpointing recomputes."""
+    actor = resolved["actor"]
+    if actor["checkpoint_layers"] is not None and not actor["gradient_checkpointing"]:
+        raise ConfigError(f"actor.checkpoint_layers={actor['checkpoint_layers']} with actor.gradient_checkpointing="
+                          "false — it picks the layers checkpointing recomputes; set actor.gradient_checkpointing="
+                          "true or actor.checkpoint_layers=null")
+    if actor["expandable_segments"] and resolved["rollout"]["name"] == "sglang":
         raise ConfigError("actor.expandable_segments=True with rollout.name='sglang' — SGLang's memory saver turns "
                           "itself off under expandable segments; use rollout.name=vllm or hf, or set it to false")
 

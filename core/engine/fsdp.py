@@ -30,7 +30,7 @@ from core.engine.distributed import World, all_reduce_max, all_reduce_mean, all_
 from core.engine.logprob_head import DEFAULT_CHUNK_TOKENS
 from core.engine.packing import register_varlen_attention, response_rows, split_groups_to, token_budget_groups
 from core.engine.policy_model import PolicyLM
-from core.engine.sharding import decoder_layers, shard_model
+from core.engine.sharding import check_checkpoint_layers, decoder_layers, shard_model
 from core.engine.tp import clip_grad_norm, shard_model_2d
 from core.models.lora import LoraSpec, adapters_disabled, add_adapters, freeze_base_in, is_adapter_param, merged_weights
 from core.tracking.metrics import reduce_metrics
@@ -54,7 +54,8 @@ class OptimConfig:
 class FSDPEngine:
     def __init__(self, model: torch.nn.Module, world: World, *, optim: OptimConfig | None = None,
                  micro_batch_size: int = 8, mixed_precision: str = "auto",
-                 gradient_checkpointing: bool = False, head: str = "policy", cpu_offload: bool = False,
+                 gradient_checkpointing: bool = False, checkpoint_layers: int | None = None,
+                 head: str = "policy", cpu_offload: bool = False,
                  remove_padding: bool | str = "auto", micro_batch_tokens: int | None = None,
                  logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS, compile_layers: bool | str = False,
                  lora: LoraSpec | None = None):
@@ -75,6 +76,8 @@ class FSDPEngine:
             # frozen embeddings' output needs none, yet the adapters inside the block do.
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False} if lora is not None else None)
+            if checkpoint_layers is not None:
+                recompute_first_layers(model, checkpoint_layers)
         if self.remove_padding:
             model.set_attn_implementation(register_varlen_attention())
         if head == "policy":
@@ -288,6 +291,16 @@ class FSDPEngine:
         for group, lr_lambda in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
             group.update(initial_lr=self.optim.lr, lr=self.optim.lr * lr_lambda(self.scheduler.last_epoch),
                          betas=self.optim.betas, weight_decay=self.optim.weight_decay)
+
+
+def recompute_first_layers(model: torch.nn.Module, count: int) -> None:
+    """Gradient checkpointing on the first `count` decoder layers only (Megatron's block recompute): the rest keep
+    their activations, so less is recomputed for the memory they hold (core/trainer/memory_estimate.py counts it).
+    The first ones, because the backward reaches them last, when the others' activations are already freed."""
+    layers = decoder_layers(model)
+    check_checkpoint_layers(count, len(layers))
+    for layer in layers[count:]:
+        layer.gradient_checkpointing = False
 
 
 def _full(param: torch.Tensor) -> torch.Tensor:

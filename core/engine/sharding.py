@@ -29,3 +29,11 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     if layers is None:
         raise TypeError(f"{type(model).__name__}: expected a decoder with `.model.layers` (Qwen/Llama style)")
     return list(layers)
+
+
+def check_checkpoint_layers(count: int, layers: int) -> None:
+    """`actor.checkpoint_layers` against the model's decoder layers: one line naming the key, before any load where
+    the trainer checks it (core/trainer/setup.py), and again where an engine applies it."""
+    if not 1 <= count <= layers:
+        raise ValueError(f"actor.checkpoint_layers={count}: expected 1 to the model's {layers} decoder layers, "
+                         "or null for all of them")

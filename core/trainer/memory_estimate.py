@@ -279,16 +279,20 @@ def micro_batch_tokens(config, world: int, prompt_tokens: float | None = None) -
     return round(min(actor.micro_batch_size, rows_per_rank) * (prompt + data.max_response_length))
 
 
-def activation_bytes(shape: ModelShape, tokens: int, *, checkpointing: bool, chunk_tokens: int) -> dict[str, float]:
-    """Activations of one micro-batch of `tokens` in the update, by part. With gradient checkpointing each
-    layer keeps only its input and one layer at a time recomputes its internals; without it every layer
-    keeps them. Counted as for actor.tensor_parallel_size=1 (tensor parallel splits some of them)."""
+def activation_bytes(shape: ModelShape, tokens: int, *, checkpointed: int, chunk_tokens: int) -> dict[str, float]:
+    """Activations of one micro-batch of `tokens` in the update, by part, with the first `checkpointed` decoder
+    layers under gradient checkpointing (0: none, `shape.layers`: all). A checkpointed layer keeps only its
+    input and recomputes its internals in the backward, one layer at a time; the others keep theirs. The
+    backward reaches the checkpointed (first) layers after it has freed the others' internals, so the peak
+    holds the larger of the others' internals and one recomputed layer's. Counted as for
+    actor.tensor_parallel_size=1 (tensor parallel splits some of them)."""
     per_token_layer = ACTIVATION_BYTES * (LAYER_WIDTHS["hidden"] * shape.hidden + LAYER_WIDTHS["kv"] * shape.kv_width
                                           + LAYER_WIDTHS["intermediate"] * shape.intermediate)
     layer_input = ACTIVATION_BYTES * shape.hidden * tokens
+    kept = shape.layers - checkpointed  # layers that keep their internals from forward to backward
     return {
-        "layer_inputs": layer_input * shape.layers if checkpointing else 0.0,
-        "layer_internals": per_token_layer * tokens * (1 if checkpointing else shape.layers),
+        "layer_inputs": layer_input * checkpointed,
+        "layer_internals": per_token_layer * tokens * (max(kept, 1) if checkpointed else shape.layers),
         "logits_chunk": min(chunk_tokens, tokens) * shape.vocab * LOGIT_CHUNK_BYTES_PER_ENTRY,
     }
 
@@ -362,8 +366,8 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
                            critic_params=shape.tensor_parallel_params(shape.value_params, tp))
     gathered = gathered_bytes(shape, 4 if actor.mixed_precision == "fp32" else 2, tp)
     tokens = micro_batch_tokens(config, world, prompt_tokens)
-    activations = activation_bytes(shape, tokens, checkpointing=actor.gradient_checkpointing,
-                                   chunk_tokens=actor.logprob_chunk_tokens)
+    checkpointed = min(actor.checkpoint_layers or shape.layers, shape.layers) if actor.gradient_checkpointing else 0
+    activations = activation_bytes(shape, tokens, checkpointed=checkpointed, chunk_tokens=actor.logprob_chunk_tokens)
     rollout = rollout_bytes(config, shape, params, device_bytes)
     runtime = RUNTIME_GIB * GIB
     engine = rollout["share"] * engine_on_training_gpus(config)

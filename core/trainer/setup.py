@@ -21,12 +21,13 @@ from core.data.dataset import PromptDataset
 from core.data.loader import PromptLoader
 from core.data.sources import resolve_data_files
 from core.engine.distributed import World, init_distributed, with_tensor_parallel
+from core.engine.sharding import check_checkpoint_layers
 from core.models.loading import load_tokenizer, resolve_model_path
 from core.models.warmstart import default_cache_dir
 from core.rollout.multi_turn.settings import checked_template, pin_tool_paths
 from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
 from core.tracking.tracker import Tracking, build_tracking
-from core.trainer.memory_estimate import check_run_fits
+from core.trainer.memory_estimate import ModelShape, check_run_fits
 from core.trainer.resume import check_data_position, plan_resume
 from core.trainer.seed import seed_everything
 from core.trainer.start_record import PREFIX, start_phase
@@ -79,6 +80,9 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     resume = plan_resume(config, world)  # a bad checkpoint or a change it cannot take fails before loading
     seed_everything(trainer.seed)  # same on every rank: every rank must build identical weights
     model_path = resolve_model_path(config.model.path)
+    if config.actor.gradient_checkpointing and config.actor.checkpoint_layers is not None:
+        check_checkpoint_layers(config.actor.checkpoint_layers, ModelShape.from_pretrained(
+            model_path, config.model.trust_remote_code, config.model.gguf_file).layers)
     check_run_fits(config, model_path, dp_size * tp, with_reference=with_reference, with_critic=with_critic)
     tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
     template_kwargs = {}

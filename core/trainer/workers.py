@@ -56,7 +56,8 @@ class ActorRolloutRefWorker:
             model = self._load(model_path)
         with start_phase("actor_fsdp", self.start_record):
             self.actor = FSDPEngine(model, world, optim=optim, cpu_offload=actor.cpu_offload,
-                                    gradient_checkpointing=actor.gradient_checkpointing, lora=self.lora, **batching)
+                                    gradient_checkpointing=actor.gradient_checkpointing,
+                                    checkpoint_layers=actor.checkpoint_layers, lora=self.lora, **batching)
         self.ref = None
         if with_reference and self.lora is None:  # with LoRA the reference is the actor's own frozen base
             with start_phase("ref", self.start_record):
@@ -170,7 +171,8 @@ class CriticWorker:
             model = build_value_model(config.model, path, seed=config.trainer.seed, head_init=critic.value_head_init)
             self.engine = FSDPEngine(model, world, optim=optim, micro_batch_size=critic.micro_batch_size,
                                      mixed_precision=actor.mixed_precision,
-                                     gradient_checkpointing=actor.gradient_checkpointing, head="value")
+                                     gradient_checkpointing=actor.gradient_checkpointing,
+                                     checkpoint_layers=actor.checkpoint_layers, head="value")
 
     def compute_values(self, batch: Batch) -> Batch:
         """(B, T_resp) values of the rollout: GAE's baseline and the value loss's V_old."""
