@@ -90,3 +90,15 @@ def _unknown_keys(cfg: dict, base: dict, prefix: str) -> list[str]:
         elif isinstance(value, dict) and isinstance(base[key], dict) and base[key]:  # empty = open (tags)
             unknown += _unknown_keys(value, base[key], dotted + ".")
     return unknown
+
+
+MISSING = object()  # what `lookup` returns for an absent key
+
+
+def lookup(tree: dict, dotted: str):
+    """`tree["a"]["b"]` for "a.b"; `MISSING` when a level is absent."""
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return MISSING
+        tree = tree[part]
+    return tree

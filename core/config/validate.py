@@ -24,7 +24,14 @@ from core.algos.importance_losses import SEQUENCE_LEVEL_LOSSES
 from core.algos.kl import KL_ESTIMATORS
 from core.algos.policy_loss import POLICY_LOSSES
 from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
-from core.config import CONFIG_DIR, ConfigError
+from core.config import CONFIG_DIR, MISSING, ConfigError, lookup
+from core.config.schedule_checks import (
+    check_max_staleness,
+    check_placement,
+    check_rollout_log_probs,
+    check_schedule,
+    check_stream_groups,
+)
 from core.data.dataset import TRUNCATION_MODES
 from core.models.loading import VALUE_HEAD_INITS
 from core.models.lora import LoraSpec, check_targets
@@ -104,7 +111,6 @@ RANGES = {  # key -> the valid range, as the error states it
 RANGE_TESTS = {"≥ 1": lambda v: v >= 1, "≥ 0": lambda v: v >= 0, "> 0": lambda v: v > 0,
                "in (0, 1]": lambda v: 0 < v <= 1, "in [0, 1]": lambda v: 0 <= v <= 1, "in [0, 1)": lambda v: 0 <= v < 1,
                "in (0, 1)": lambda v: 0 < v < 1}
-_MISSING = object()
 
 
 def validate_config(config, world: tuple[int, str] | None = None) -> dict:
@@ -159,7 +165,7 @@ def check_types(resolved: dict) -> None:
     for key, default in _leaves(base):
         kinds = KINDS_BEYOND_DEFAULT.get(key) or ((_kind_of(default),) if default is not None else None)
         value = lookup(resolved, key)
-        if kinds is None or value is _MISSING or any(KINDS[kind][1](value) for kind in kinds):
+        if kinds is None or value is MISSING or any(KINDS[kind][1](value) for kind in kinds):
             continue
         expected = " or ".join(KINDS[kind][0] for kind in kinds)
         example = f", e.g. {key}={_yaml(default)} (base.yaml's default)" if default is not None else ""
@@ -206,7 +212,7 @@ def check_choices(resolved: dict) -> None:
 def check_ranges(resolved: dict) -> None:
     for key, valid in RANGES.items():
         value = lookup(resolved, key)
-        if value is not None and value is not _MISSING and not RANGE_TESTS[valid](value):
+        if value is not None and value is not MISSING and not RANGE_TESTS[valid](value):
             raise ConfigError(f"{key}={value!r} is out of range — expected {valid}")
 
 
@@ -275,77 +281,12 @@ def check_algorithm(resolved: dict) -> None:
                           f"expected one of {list(CORRECTED_LOSSES)}: only they weigh tokens by the correction")
 
 
-def check_schedule(resolved: dict) -> None:
-    """What cannot run off-policy, or beside a training step: refused by every schedule but `sync`."""
-    schedule = resolved["trainer"]["schedule"]
-    if resolved["trainer"]["partial_rollout"] and schedule != "async":
-        raise ConfigError(f"trainer.partial_rollout=true with trainer.schedule={schedule} — partial rollouts "
-                          "resume a generation on newer weights, which only the async schedule allows; set "
-                          "trainer.schedule=async or trainer.partial_rollout=false")
-    if schedule == "sync":
-        return
-    refusals = {
-        "algorithm.adv_estimator": (resolved["algorithm"]["adv_estimator"] == "remax",
-                                    "ReMax's greedy baseline must come from the weights being trained"),
-        "algorithm.filter_groups.enable": (resolved["algorithm"]["filter_groups"]["enable"],
-                                           "DAPO's dynamic sampling draws and scores more prompts inside the "
-                                           "rollout, which then runs beside the training step"),
-        "rollout.tensor_model_parallel_size": (resolved["rollout"]["tensor_model_parallel_size"] > 1,
-                                               "tensor-parallel engines synchronise their ranks mid-generation, "
-                                               "untested beside a training step"),
-    }
-    for key, (refused, why) in refusals.items():
-        if refused:
-            raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.schedule={schedule} — {why}; "
-                              "run it with trainer.schedule=sync")
-
-
-def check_max_staleness(resolved: dict) -> None:
-    """A bound given to a schedule that would ignore it: its default is null so that a set one can be told apart."""
-    bound, schedule = resolved["trainer"]["max_staleness"], resolved["trainer"]["schedule"]
-    if bound is not None and schedule != "async":
-        raise ConfigError(f"trainer.max_staleness={bound} with trainer.schedule={schedule} — only the async schedule "
-                          f"reads it ({schedule}'s staleness is fixed at {SCHEDULES[schedule].max_staleness}); set "
-                          "trainer.schedule=async or leave trainer.max_staleness unset (null)")
-
-
 def check_trainer_class(trainer_cls, config) -> None:
     """Keys that only some trainers act on, refused with a trainer that would ignore them in silence."""
     if config.algorithm.filter_groups.enable and not getattr(trainer_cls, "samples_dynamically", False):
         raise ConfigError(f"algorithm.filter_groups.enable=true with trainer.cls={config.trainer.cls} — dynamic "
                           "sampling is DAPO's trainer's own step (recipes/dapo/trainer.py), which this trainer "
                           "does not run; use --recipe dapo, or a trainer.cls that subclasses DAPOTrainer")
-
-
-def check_stream_groups(resolved: dict) -> None:
-    groups, schedule = resolved["trainer"]["stream_groups"], resolved["trainer"]["schedule"]
-    if groups is None:
-        return
-    if schedule != "async":
-        raise ConfigError(f"trainer.stream_groups={groups} with trainer.schedule={schedule} — streaming groups is "
-                          "part of the async schedule; set trainer.schedule=async or trainer.stream_groups=null")
-    batch_size = resolved["data"]["train_batch_size"]
-    if groups > batch_size:
-        raise ConfigError(f"trainer.stream_groups={groups} is more than data.train_batch_size={batch_size} — "
-                          f"expected at most the {batch_size} groups of one step, or null for a whole batch per call")
-
-
-def check_rollout_log_probs(resolved: dict) -> None:
-    """What reads the engine's per-token log-probs cannot run without them."""
-    if resolved["rollout"]["calculate_log_probs"]:
-        return
-    readers = {
-        "algorithm.rollout_correction.mode": (resolved["algorithm"]["rollout_correction"]["mode"] != NO_CORRECTION,
-                                              "its importance weights are π_old / π_rollout"),
-        "algorithm.rollout_correction.bypass_mode": (resolved["algorithm"]["rollout_correction"]["bypass_mode"],
-                                                     "π_old is the engine's log-probs"),
-        "trainer.partial_rollout": (resolved["trainer"]["partial_rollout"],
-                                    "a resumed response keeps the log-probs of the weights that sampled its start"),
-    }
-    for key, (reads, why) in readers.items():
-        if reads:
-            raise ConfigError(f"{key}={lookup(resolved, key)!r} with rollout.calculate_log_probs=false — {why}; "
-                              "set rollout.calculate_log_probs=true")
 
 
 def check_profile_steps(resolved: dict) -> None:
@@ -374,30 +315,6 @@ def check_save_batch(resolved: dict) -> None:
         what = "is not a directory" if not existing.is_dir() else "is not writable"
         raise ConfigError(f"trainer.save_batch_dir={directory!r} cannot be created: {existing} {what} — "
                           "set trainer.save_batch_dir to a directory this run can write")
-
-
-def check_placement(resolved: dict) -> None:
-    """What cannot run with the rollout engines in workers of their own (`trainer.placement=disaggregated`).
-    Whether the Ray cluster has the devices is checked once connected, before any worker starts."""
-    trainer, rollout = resolved["trainer"], resolved["rollout"]
-    if trainer["placement"] == "colocated":
-        return
-    lora = resolved["actor"]["lora"]
-    refusals = {
-        "trainer.controller": (trainer["controller"] != "ray",
-                               "rollout workers of their own are Ray actors; set trainer.controller=ray"),
-        "rollout.name": (rollout["name"] == "sglang",
-                         "the weight stream loads into hf and vllm engines; use rollout.name=hf or vllm"),
-        "rollout.tensor_model_parallel_size": (rollout["tensor_model_parallel_size"] > 1,
-                                               "each rollout worker runs a one-device engine; set it to 1 and "
-                                               "raise trainer.rollout_workers"),
-        "actor.lora.sync": (lora["rank"] is not None and lora["sync"] == "adapter",
-                            "an adapter goes to the engine through files; use actor.lora.sync=merged, whose "
-                            "merged weights are streamed"),
-    }
-    for key, (refused, why) in refusals.items():
-        if refused:
-            raise ConfigError(f"{key}={lookup(resolved, key)!r} with trainer.placement=disaggregated — {why}")
 
 
 def check_actor_memory(resolved: dict) -> None:
@@ -462,15 +379,6 @@ def _architecture(model: dict):
         return None
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config, trust_remote_code=model["trust_remote_code"])
-
-
-def lookup(tree: dict, dotted: str):
-    """`tree["a"]["b"]` for "a.b"; `_MISSING` when a level is absent."""
-    for part in dotted.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return _MISSING
-        tree = tree[part]
-    return tree
 
 
 def _leaves(tree: dict, prefix: str = ""):
