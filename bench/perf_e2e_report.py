@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from results_page import pyplot, save_plot, stacked_barh, table_header, target_verdict
-from suite_calls import same_call
+from suite_calls import separation
 
 SPEEDUP_TARGET = 1.5
 # Our stage -> the row it lands in; TRL's phases are mapped onto the same rows by trl_grpo_gpu.py.
@@ -43,9 +43,9 @@ def load_pair(directory: Path) -> tuple[dict, dict] | None:
     return _ours(json.loads(ours.read_text())), trl_summary(json.loads(trl.read_text()))
 
 
-def same_machine(ours: dict, trl: dict) -> bool:
-    """Whether the two runs can be compared: the same GPU, or a run that did not record its device ("?")."""
-    return "?" in (ours["device"], trl["device"]) or ours["device"] == trl["device"]
+def separated(directory: Path, pair: tuple[dict, dict]) -> str | None:
+    """Why ours and TRL's files cannot be compared (bench/suite_calls.py), None where they can."""
+    return separation(directory, ("e2e_ours.json", "e2e_trl.json"), (pair[0]["device"], pair[1]["device"]))
 
 
 def e2e_section(directory: Path) -> list[str]:
@@ -54,12 +54,12 @@ def e2e_section(directory: Path) -> list[str]:
         return []
     ours, trl = pair
     title = "## End to end: one GRPO step, ours vs TRL GRPOTrainer (vLLM colocate)"
-    if same_call(directory, "e2e_ours.json", "e2e_trl.json") is False:
-        return [title, "", "Not compared: ours and TRL ran in different calls (calls.json: a later call re-ran one of "
-                "them); `bash bench/perf_e2e_suite.sh` runs both on one GPU.", ""]
-    if not same_machine(ours, trl):
-        return [title, "", f"Not compared: ours ran on {ours['device']} and TRL on {trl['device']} (a later call re-ran "
-                "one of them); `bash bench/perf_e2e_suite.sh` runs both on one GPU.", ""]
+    why = separated(directory, pair)
+    if why:
+        apart = ("ours and TRL ran in different calls (calls.json)" if why == "call"
+                 else f"ours ran on {ours['device']} and TRL on {trl['device']}")
+        return [title, "", f"Not compared: {apart}; a later call re-ran one of them. `bash bench/perf_e2e_suite.sh` "
+                "runs both on one GPU.", ""]
     speedup = trl["step"] / ours["step"]
     lines = [title, "",
              f"Same GPU ({ours['device']}), the two runs back to back, same work per step; medians over {ours['steps']} and "
@@ -85,7 +85,7 @@ def e2e_section(directory: Path) -> list[str]:
 
 def write_e2e_plot(directory: Path) -> list[str]:
     pair = load_pair(directory)
-    if pair is None or same_call(directory, "e2e_ours.json", "e2e_trl.json") is False or not same_machine(*pair):
+    if pair is None or separated(directory, pair):
         (directory / "e2e_breakdown.png").unlink(missing_ok=True)  # an earlier pair's plot no longer stands
         return []
     fig, ax = pyplot().subplots(figsize=(6, 2.8))

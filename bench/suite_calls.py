@@ -46,6 +46,16 @@ def same_call(directory: Path, first: str, second: str) -> bool | None:
     return mapping.get(first) == mapping.get(second)
 
 
+def separation(directory: Path, files: tuple[str, str], devices: tuple[str, str]) -> str | None:
+    """Why two result files cannot be compared: "call" where calls.json puts them in different calls, "device"
+    where neither is recorded and they ran on different GPUs; None where they can (a file that did not record its
+    device, "?", is kept: bench/scale_suite.py before 2026-11-26)."""
+    together = same_call(directory, *files)
+    if together is None:
+        return None if "?" in devices or devices[0] == devices[1] else "device"
+    return None if together else "call"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, type=Path, help="the results folder (e.g. results/perf)")

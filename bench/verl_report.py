@@ -12,9 +12,9 @@ import json
 import statistics
 from pathlib import Path
 
-from perf_e2e_report import same_machine, trl_summary
+from perf_e2e_report import trl_summary
 from results_page import pyplot, save_plot, stacked_barh, table_header, table_row, target_verdict
-from suite_calls import same_call
+from suite_calls import separation
 
 SPEEDUP_TARGET = 1.25
 STAGES = ("gen", "reward", "old_log_prob", "update_actor", "sync_weights")
@@ -214,13 +214,9 @@ def setting(config: dict, dotted: str):
 
 
 def other_call(directory: Path, run: dict, verl: dict) -> str | None:
-    """Why `run` was not measured in verl's call (a later call re-ran only part of the suite), None where it was:
-    by calls.json where the suite recorded the files, else by the device; a run that did not record its device
-    ("?": bench/scale_suite.py before 2026-11-26) is kept."""
-    together = same_call(directory, run["file"], verl["file"])
-    if together is None:
-        return None if same_machine(run, verl) else f"it ran on {run['device']}"
-    return None if together else "it ran in another call (calls.json)"
+    """Why `run` was not measured in verl's call (a later call re-ran only part of the suite), None where it was."""
+    why = separation(directory, (run["file"], verl["file"]), (run["device"], verl["device"]))
+    return {"call": "it ran in another call (calls.json)", "device": f"it ran on {run['device']}"}.get(why)
 
 
 def shape_runs(directory: Path, shape: str) -> tuple[list[dict], list[dict]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from suite_calls import calls, record, same_call  # noqa: E402
+from suite_calls import calls, record, same_call, separation  # noqa: E402
 
 
 def run(*args, cwd):
@@ -49,3 +49,16 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     result = run("--dir", str(tmp_path), "--call", " ", cwd=tmp_path)
     assert result.returncode == 2 and "--call" in result.stderr
     assert not (tmp_path / "calls.json").exists()
+
+
+def test_separation_says_why_two_files_cannot_be_compared(tmp_path):
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text("{}")
+    files = ("a.json", "b.json")
+    assert separation(tmp_path, files, ("H200", "H200")) is None
+    assert separation(tmp_path, files, ("H200", "H100")) == "device"
+    assert separation(tmp_path, files, ("H200", "?")) is None  # a run that did not record its device is kept
+    record(tmp_path, "call-1", ["a.json"])
+    assert separation(tmp_path, files, ("H200", "H200")) == "call"
+    record(tmp_path, "call-1", ["b.json"])
+    assert separation(tmp_path, files, ("H200", "H200")) is None
