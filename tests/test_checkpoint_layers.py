@@ -86,3 +86,19 @@ def test_a_run_asking_for_more_layers_than_its_model_has_stops_before_any_load(t
     err = capsys.readouterr().err
     assert "actor.checkpoint_layers=9: expected 1 to the model's 2 decoder layers" in err
     assert not (tmp_path / "mlruns").exists()  # no stray MLflow run
+
+
+def test_the_dry_run_plans_a_partial_count_and_refuses_one_beyond_the_model(capsys):
+    from core.cli import main
+
+    config = ["--recipe", "grpo", "--dry-run", "model.path=bench/configs/qwen3-0.6b", "model.init=random",
+              "actor.gradient_checkpointing=true"]
+
+    def activations(count: int) -> str:
+        assert main(["train", *config, f"actor.checkpoint_layers={count}"]) == 0
+        line = next(line for line in capsys.readouterr().out.splitlines() if "activations of" in line)
+        return line.split("activations of ")[1].split(" + ")[0]
+
+    assert float(activations(28).split()[-1]) < float(activations(14).split()[-1])  # fewer recomputed, more held
+    assert main(["train", *config, "actor.checkpoint_layers=99"]) != 0
+    assert "actor.checkpoint_layers=99: expected 1 to the model's 28 decoder layers" in capsys.readouterr().err

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
+from core.engine.sharding import check_checkpoint_layers
+
 GIB = 1024 ** 3
 REFERENCE_BYTES_PER_PARAM = 4
 FROZEN_BASE_BYTES_PER_PARAM = {"fp32": 4, "bf16": 2, "auto": 2}  # a LoRA base, on a GPU (auto = bf16 there)
@@ -366,7 +368,10 @@ def per_gpu_memory(config, shape: ModelShape, params: int, world: int, device_by
                            critic_params=shape.tensor_parallel_params(shape.value_params, tp))
     gathered = gathered_bytes(shape, 4 if actor.mixed_precision == "fp32" else 2, tp)
     tokens = micro_batch_tokens(config, world, prompt_tokens)
-    checkpointed = min(actor.checkpoint_layers or shape.layers, shape.layers) if actor.gradient_checkpointing else 0
+    checkpointed = 0
+    if actor.gradient_checkpointing:  # the dry run refuses a count the model cannot give, as the run does
+        checkpointed = shape.layers if actor.checkpoint_layers is None else actor.checkpoint_layers
+        check_checkpoint_layers(checkpointed, shape.layers)
     activations = activation_bytes(shape, tokens, checkpointed=checkpointed, chunk_tokens=actor.logprob_chunk_tokens)
     rollout = rollout_bytes(config, shape, params, device_bytes)
     runtime = RUNTIME_GIB * GIB
