@@ -21,7 +21,7 @@
 #   --flash-attn-wheels DIR  install flash-attn into verl's env from DIR (or build it there, in the background
 #                            while ours' columns run; verl's first launch waits for it) when it is missing
 #   --flash-attn-head-dim D  build only head dim D's bf16 kernels (bench/build_flash_attn.sh --head-dim: both
-#                            shapes are Qwen3, 128), about 6.5 minutes on 16 cores instead of the whole library
+#                            shapes are Qwen3, 128), 396 s on 16 cores (build_flash_attn.sh's header), not the whole library
 #   --runs "ours trl ours024 verl"   a subset re-runs only those columns
 #   --side-by-side           every column on its own GPUs at the same time (1+1+1 for grpo, 2+2 for dapo8b)
 #                            instead of one after another on the same GPUs
