@@ -16,15 +16,16 @@ flash_build_start() {
         ${FLASH_HEAD_DIM:+--head-dim "$FLASH_HEAD_DIM"} --background >&2
 }
 
-flash_build_wait() {  # until a build started here ends (its status: 3 while it runs); its last lines on stderr
+flash_build_wait() {  # until a build started here ends; its status on stderr (none where no build started)
     [ -n "$WHEELS" ] || return 0
-    local waited=0
-    while bash "${FLASH_BUILD:-bench/build_flash_attn.sh}" --wheel-dir "$WHEELS" --status >/dev/null 2>&1
-          [ $? -eq 3 ]; do
+    local waited=0 status rc
+    while true; do
+        status=$(bash "${FLASH_BUILD:-bench/build_flash_attn.sh}" --wheel-dir "$WHEELS" --status 2>&1); rc=$?
+        [ "$rc" -eq 3 ] || break  # 3: running; 4: never started; else the build's exit code
         [ $(( waited % 300 )) -eq 0 ] && echo "== waiting for the flash-attn build (${waited} s so far)" >&2
         sleep "${FLASH_POLL_S:-15}"; waited=$(( waited + ${FLASH_POLL_S:-15} ))
     done
-    bash "${FLASH_BUILD:-bench/build_flash_attn.sh}" --wheel-dir "$WHEELS" --status >&2 || true
+    [ "$rc" -eq 4 ] || echo "$status" >&2
 }
 
 flash_check() {  # bench/flash_attn_check.py on CHECK_GPU, its output kept in CHECK_OUT where given
