@@ -89,6 +89,7 @@ from bench.leaderboard_schedules import (  # noqa: E402
 from bench.leaderboard_step_zero import step_0_from_pretrained  # noqa: E402
 from bench.leaderboard_suites import SUITES, Suite  # noqa: E402
 from bench.tiny_baselines import VARIANTS  # noqa: E402
+from core.reward.gsm8k import GSM8K_METHODS  # noqa: E402
 from core.tracking.recipe_readmes import lora_row  # noqa: E402
 from core.tracking.run_export import MODEL_SHA_TAG  # noqa: E402
 from core.tracking.schedules import RunSchedule  # noqa: E402
@@ -196,7 +197,10 @@ def add_budget_args(parser) -> None:
                         "Qwen2.5's tokenizer, more with SmolLM2's smaller vocabulary)")
     budget.add_argument("--lr", type=float, default=1e-5, help="actor.lr (and PPO's critic.lr)")
     budget.add_argument("--temperature", type=float, default=0.7, help="rollout.temperature")
-    budget.add_argument("--format-score", type=float, default=0.1, help="reward.format_score: a wrong `#### N`")
+    budget.add_argument("--train-reward", default="strict", choices=GSM8K_METHODS,
+                        help="reward.gsm8k_method of the training runs: strict reads `#### N` (what SmolLM2 learns "
+                             "to write), math_verify the last \\boxed{} (what Qwen2.5 models write)")
+    budget.add_argument("--format-score", type=float, default=0.1, help="reward.format_score: a wrong answer read")
     budget.add_argument("--val-samples", type=int, default=256, help="held-out problems (the suite's test file) "
                         "validated every --test-freq")
     budget.add_argument("--test-freq", type=int, default=5)
@@ -273,8 +277,8 @@ def run_overrides(args, data: Path, uri: str, engine_len: int, model_sha: str | 
         # they halved old_log_prob and update_actor against 8k (results/gsm8k_leaderboard, 2026-11-24).
         f"actor.micro_batch_tokens={max(8192, 32768 // k)}",
         f"trainer.test_freq={args.test_freq}", "trainer.save_freq=0",
-        # The reward a 135M model can learn from first: a `#### N` answer earns format_score even when wrong.
-        "reward.gsm8k_method=strict", f"reward.format_score={args.format_score}",
+        # How a GSM8K answer is read (--train-reward); with strict, a wrong `#### N` still earns format_score.
+        f"reward.gsm8k_method={args.train_reward}", f"reward.format_score={args.format_score}",
         *(["reward.manager=pool"] if suite.tasks else []),  # a time limit: countdown's verifier hangs on `9**9**9`
         # CUDA graphs (eager decoding is ~1.5x slower); unseeded sampling, which vLLM does faster (base.yaml).
         f"rollout.name={args.rollout}", "rollout.enforce_eager=false", "rollout.seed_each_call=false",

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 # math_verify whatever the grader flag says, reasoning-gym tasks their own verifier. AIME24 is sampled:
 # greedy on 30 problems says little.
 BASELINE_EVAL_SETS = (
-    ("gsm8k", "gsm8k/test.parquet", 1, 0.0, 1.0, 512, ("strict", "flexible")),
+    ("gsm8k", "gsm8k/test.parquet", 1, 0.0, 1.0, 512, ("strict", "flexible", "math_verify")),
     ("math500", "math500/test.parquet", 1, 0.0, 1.0, 1024, ("strict",)),
     ("aime24", "aime24/test.parquet", 16, 0.6, 0.95, 1024, ("strict",)),
 )
-BASELINE_DATA = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",)}
+# The GSM8K suite adds AIME 2025 (verl's and SimpleRL-Zoo's tables report both years).
+GSM8K_EVAL_SETS = (*BASELINE_EVAL_SETS, ("aime25", "aime25/test.parquet", 16, 0.6, 0.95, 1024, ("strict",)))
+BASELINE_DATA = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",), "aime25": ("test",)}
 
 # reasoning-gym: (task, difficulty settings) where SmolLM2-135M-Instruct starts between 5% and 47% (the `before`
 # figures of results/reasoning_gym/leaderboard.md, 100 test problems a task). Arithmetic, number theory, dates, logic,
@@ -96,7 +98,10 @@ class Suite:
     def data_commands(self, data_dir: str, local_data: str | None) -> list[tuple[str, list[str]]]:
         """(parquet that must exist, `recipezoo` argv that makes it) for every file the suite reads."""
         commands = []
+        read = [self.train_file, *(file for _, file, *_ in self.eval_sets)]
         for name, splits in BASELINE_DATA.items():
+            if not any(file.startswith(f"{name}/") for file in read):
+                continue
             for split in splits if self.train_file.startswith(f"{name}/") else ("test",):  # train: only what trains
                 argv = ["data", name, "--out", f"{data_dir}/{name}", "--split", split]
                 argv += ["--local", f"{local_data}/{name}/{split}.jsonl"] if local_data else []
@@ -126,7 +131,7 @@ def reasoning_gym_suite(name: str, folder: str, tasks: tuple, max_constant_share
 
 
 SUITES = {
-    "gsm8k": Suite("gsm8k", "gsm8k-leaderboard", "gsm8k/train.parquet", "gsm8k/test.parquet", BASELINE_EVAL_SETS,
+    "gsm8k": Suite("gsm8k", "gsm8k-leaderboard", "gsm8k/train.parquet", "gsm8k/test.parquet", GSM8K_EVAL_SETS,
                    "gsm8k_leaderboard", False, 384, 320),
     "reasoning-gym": reasoning_gym_suite("reasoning-gym", "reasoning_gym", SUITE_TASKS),
     "reasoning-gym-open": reasoning_gym_suite("reasoning-gym-open", "reasoning_gym_open", OPEN_SUITE_TASKS,

@@ -336,12 +336,13 @@ def test_the_drivers_table_counts_one_run_of_a_seed_a_redo_stopped_rerun_stopped
 # ---- the driver end to end -------------------------------------------------------------------------------------
 
 def tiny_benchmarks(folder: Path) -> Path:
-    """GSM8K/MATH-500/AIME24 stand-ins the tiny model's characters can spell: arithmetic problems."""
+    """GSM8K/MATH-500/AIME24/AIME25 stand-ins the tiny model's characters can spell: arithmetic problems."""
     from core.models import arithmetic
 
     for name, split, source, count, seed in (("gsm8k", "train", "openai/gsm8k", 32, 1),
                                              ("gsm8k", "test", "openai/gsm8k", 8, 2),
-                                             ("math500", "test", "math500", 4, 3), ("aime24", "test", "aime24", 4, 4)):
+                                             ("math500", "test", "math500", 4, 3), ("aime24", "test", "aime24", 4, 4),
+                                             ("aime25", "test", "aime25", 4, 5)):
         rows = arithmetic.make_rows("train" if split == "train" else "test", count, seed)
         write_rows([{**row, "data_source": source} for row in rows], folder / name / f"{split}.parquet")
     return folder
@@ -370,7 +371,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     assert {"gen", "old_log_prob", "update_actor"} <= set(run["stage_seconds"]) and "step" not in run["stage_seconds"]
     assert 0 < run["stage_seconds"]["gen"] < run["step_seconds"]
     stages = sorted((entry["stage"], entry["run_name"].split(f"-{entry['stage']}-")[1]) for entry in export["evals"])
-    sets = ["aime24", "gsm8k-flexible", "gsm8k-strict", "math500"]
+    sets = ["aime24", "aime25", "gsm8k-flexible", "gsm8k-math_verify", "gsm8k-strict", "math500"]
     assert stages == [("after", name) for name in sets] + [("before", name) for name in sets]
     board = (out / "leaderboard.md").read_text()
     assert f"## GSM8K, pretrained model `{random_model_dir}`" in board and "| grpo | 1 |" in board

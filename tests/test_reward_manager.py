@@ -170,8 +170,35 @@ def test_gsm8k_method_and_format_score_come_from_the_config():
     assert flexible["score"] == [1.0, 0.1]
 
 
+def test_math_verify_gsm8k_method_reads_the_last_box_and_pays_format_score_for_a_wrong_one():
+    texts = ["so \\boxed{1,080}", "\\boxed{3} no, \\boxed{5}", "#### 72", "\\boxed{71}", "\\boxed{72"]
+    batch = rollout_batch(texts, ["openai/gsm8k"] * 5, ["1080", "5", "72", "72", "72"])
+    _, info = build_reward_manager(reward_cfg("gsm8k_method=math_verify", "format_score=0.1"), TOKENIZER)(batch)
+    # The last box counts; `#### 72` has no box, so math_verify reads its final expression; an unclosed box reads nothing.
+    assert info["score"] == [1.0, 1.0, 1.0, 0.1, 0.0]
+
+
+def test_a_first_batch_scoring_zero_everywhere_warns_once_with_the_answer_formats(caplog):
+    manager = build_reward_manager(reward_cfg(), TOKENIZER)  # strict: reads only `#### N`
+    batch = rollout_batch(["\\boxed{72}", "\\boxed{72}", "it is 72", "no idea"], ["openai/gsm8k"] * 4, ["72"] * 4)
+    with caplog.at_level(logging.WARNING, logger="core.reward.manager"):
+        manager(batch)
+        manager(batch)
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert "method='strict'" in message and "reward.gsm8k_method" in message
+    assert "0% ####, 50% \\boxed{}, 75% a last number" in message
+
+
+def test_a_first_batch_with_any_reward_does_not_warn(caplog):
+    batch = rollout_batch(["#### 72", "\\boxed{72}"], ["openai/gsm8k"] * 2, ["72", "72"])
+    with caplog.at_level(logging.WARNING, logger="core.reward.manager"):
+        build_reward_manager(reward_cfg(), TOKENIZER)(batch)
+    assert not caplog.records
+
+
 @pytest.mark.parametrize("override, message", [("manager=threads", r"reward\.manager='threads'.*'naive', 'pool'"),
-                                                ("gsm8k_method=loose", r"reward\.gsm8k_method='loose'")])
+                                                ("gsm8k_method=loose", r"reward\.gsm8k_method='loose'.*'math_verify'")])
 def test_bad_reward_config_values_name_the_key_and_the_choices(override, message):
     with pytest.raises(ValueError, match=message):
         build_reward_manager(reward_cfg(override), TOKENIZER)

@@ -36,7 +36,8 @@ from core.data.dataset import TRUNCATION_MODES
 from core.models.loading import VALUE_HEAD_INITS
 from core.models.lora import LoraSpec, check_targets
 from core.models.random_init import MODEL_INITS
-from core.reward.build import GSM8K_METHODS, MANAGERS
+from core.reward.build import MANAGERS
+from core.reward.gsm8k import GSM8K_METHODS
 from core.rollout.multi_turn.actions import FORMATS as ACTION_FORMATS
 from core.rollout.multi_turn.settings import check_multi_turn
 from core.tracking.tracker import backend_names

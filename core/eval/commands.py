@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from core.eval.generate import GenerationSpec
+from core.reward.gsm8k import GSM8K_METHODS
 
 
 def add_parser(commands) -> None:
@@ -23,8 +24,9 @@ def add_parser(commands) -> None:
     evaluate.add_argument("--responses", nargs="+", help="`recipezoo generate` output(s); or give --model "
                                                          "and --data to generate first")
     evaluate.add_argument("--out", default="eval/metrics.json", help="metrics json (a .md table is written next to it)")
-    evaluate.add_argument("--gsm8k-method", choices=["strict", "flexible"], default="strict",
-                          help="GSM8K grader: strict `#### N` (verl default) or flexible (last number)")
+    evaluate.add_argument("--gsm8k-method", choices=GSM8K_METHODS, default="strict",
+                          help="GSM8K grader: strict `#### N` (verl default), flexible (last number) or math_verify "
+                               "(last \\boxed{}, else the final expression)")
     evaluate.add_argument("--reward-manager", choices=["naive", "pool"], default="pool")
     evaluate.add_argument("--timeout-s", type=float, default=10.0, help="per-sample scorer time limit (pool)")
     evaluate.add_argument("--max-error-frac", type=float, default=0.5,

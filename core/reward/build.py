@@ -5,13 +5,13 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from core.reward import gsm8k
+from core.reward import gsm8k, mathverify
 from core.reward.custom import CustomFunction, load_custom_function
+from core.reward.gsm8k import GSM8K_METHODS
 from core.reward.manager import GSM8K_SOURCES, RewardManager
 from core.reward.pool import PoolRewardManager
 
 MANAGERS = ("naive", "pool")
-GSM8K_METHODS = ("strict", "flexible")
 
 
 def build_reward_manager(reward_cfg, tokenizer) -> RewardManager:
@@ -22,7 +22,10 @@ def build_reward_manager(reward_cfg, tokenizer) -> RewardManager:
     if method not in GSM8K_METHODS:
         raise ValueError(f"reward.gsm8k_method={method!r}: choose one of {list(GSM8K_METHODS)}")
     # A partial of a module-level function stays picklable for the pool's workers.
-    gsm8k_scorer = partial(gsm8k.compute_score, method=method, format_score=float(reward_cfg.format_score))
+    if method == "math_verify":
+        gsm8k_scorer = partial(mathverify.compute_score, format_score=float(reward_cfg.format_score))
+    else:
+        gsm8k_scorer = partial(gsm8k.compute_score, method=method, format_score=float(reward_cfg.format_score))
     scorers = {source: gsm8k_scorer for source in GSM8K_SOURCES}
     custom = custom_function(reward_cfg.custom_function)
     if kind == "naive":

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import re
 
+# How a GSM8K answer is read (reward.gsm8k_method): strict and flexible are verl's (`#### N`; the last number, below);
+# math_verify reads the last \boxed{} (else the final expression) as the MATH scorer does (core/reward/mathverify.py):
+# what chat models write when not taught `####`.
+GSM8K_METHODS = ("strict", "flexible", "math_verify")
+
 # verl clips to the tail: regexes on very long responses are slow, and the answer is at the end.
 SOLUTION_CLIP_CHARS = 300
 

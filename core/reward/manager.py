@@ -19,6 +19,7 @@ import torch
 
 from core.data.batch import Batch, BatchContractError
 from core.reward import gsm8k, mathverify, reasoning_gym
+from core.reward.answer_formats import zero_reward_message
 from core.reward.custom import CustomFunction
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class RewardManager:
         self.default_scorer = default_scorer
         self.custom_scorer = custom_scorer
         self._warnings_left = MAX_FAILURE_WARNINGS
+        self._first_batch_checked = False
 
     def __call__(self, batch: Batch) -> tuple[torch.Tensor, dict]:
         responses, response_mask = self._response_tensors(batch)
@@ -79,6 +81,7 @@ class RewardManager:
         token_level_scores = place_on_last_token(torch.tensor(scores, dtype=torch.float32), response_mask)
         info = {"score": scores, "acc": [r["acc"] for r in results], "error": [r["error"] for r in results]}
         self._warn_failures(data_sources, info["error"])
+        self._warn_if_first_batch_scores_zero(texts, data_sources, scores, info["error"])
         return token_level_scores, info
 
     # ---- steps --------------------------------------------------------------------------------
@@ -119,7 +122,9 @@ class RewardManager:
         if isinstance(scorer, CustomFunction):
             return f"{scorer.path}:{scorer.name}"
         function = getattr(scorer, "func", scorer)  # a functools.partial's function
-        return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+        settings = ", ".join(f"{key}={value!r}" for key, value in (getattr(scorer, "keywords", None) or {}).items())
+        name = f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+        return f"{name}({settings})" if settings else name
 
     def close(self) -> None:
         """Release scoring resources (the pool manager's processes); nothing to do in-process."""
@@ -129,6 +134,20 @@ class RewardManager:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+    def _warn_if_first_batch_scores_zero(self, texts: list[str], data_sources: list[str], scores: list[float],
+                                         errors: list[str | None]) -> None:
+        # Only the first batch: a later all-zero batch can be honest (a hard step); on the first one it is most
+        # often a reward that cannot read the model's answers. Rows whose scorer failed are warned of already.
+        scored = [row for row, error in enumerate(errors) if error is None]
+        if self._first_batch_checked or not scored:
+            return
+        self._first_batch_checked = True
+        if any(scores[row] != 0.0 for row in scored):
+            return
+        texts, data_sources = [texts[row] for row in scored], [data_sources[row] for row in scored]
+        names = sorted({self.scorer_name(source) for source in dict.fromkeys(data_sources)})
+        logger.warning("[reward] %s", zero_reward_message(" and ".join(names), texts))
 
     def _warn_failures(self, data_sources: list[str], errors: list[str | None]) -> None:
         for source, error in zip(data_sources, errors):

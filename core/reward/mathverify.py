@@ -27,8 +27,9 @@ _EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConf
 MATH_VERIFY_TIMEOUT_S = 5
 
 
-def compute_score(solution_str: str, ground_truth) -> float:
-    """1.0 when the final answer equals `ground_truth` mathematically, else 0.0 (never raises on bad LaTeX)."""
+def compute_score(solution_str: str, ground_truth, format_score: float = 0.0) -> float:
+    """1.0 when the final answer equals `ground_truth` mathematically; `format_score` when an answer was read but
+    differs (GSM8K's `format_score` convention, 0 for MATH); 0.0 when none was (never raises on bad LaTeX)."""
     answer = final_answer(solution_str)
     if answer is None:
         return 0.0
@@ -37,7 +38,7 @@ def compute_score(solution_str: str, ground_truth) -> float:
     predicted = parse(answer, _EXTRACTION, parsing_timeout=limit)
     if not gold or not predicted:
         return 0.0
-    return 1.0 if verify(gold, predicted, timeout_seconds=limit) else 0.0
+    return 1.0 if verify(gold, predicted, timeout_seconds=limit) else float(format_score)
 
 
 def final_answer(solution_str: str) -> str | None:
