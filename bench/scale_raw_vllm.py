@@ -1,11 +1,13 @@
 """Raw `vllm.LLM.generate` tokens/s on one GPU at a recipe's per-GPU batch and lengths: the reference
 bench/scale_suite.py holds its own rollout against.
 
-    python bench/scale_raw_vllm.py --model DIR --recipe dapo --prompts 8 --data DIR --out raw.json
+    python bench/scale_raw_vllm.py --model DIR --recipe dapo --prompts 8 --n 16 --max-prompt-length 512 \
+        --max-response-length 2048 --data DIR --out raw.json
 
-The prompts are the first GSM8K train prompts tokenized as the trainer tokenizes them; n, the
-response length and the engine settings are the ones `recipes/<recipe>/run_qwen3_8b.sh` sets
-(dummy weights, CUDA graphs, temperature 1, the sampled token's log-prob returned, as ours asks).
+The prompts are the first GSM8K train prompts tokenized as the trainer tokenizes them; n and the
+lengths are those of the config `recipes/<recipe>/run_qwen3_8b.sh` resolves (bench/scale_suite.py passes
+them from its dry run), the engine settings as that script's (dummy weights, CUDA graphs, temperature 1,
+the sampled token's log-prob returned, as ours asks).
 The first round includes warm-up and is dropped; the median of the rest is reported.
 """
 
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -27,25 +28,20 @@ from core.models.loading import load_tokenizer  # noqa: E402
 from core.rollout.vllm import import_vllm  # noqa: E402
 
 
-def script_setting(recipe: str, key: str) -> int:
-    """An integer the recipe's run_qwen3_8b.sh passes as `key=value`."""
-    text = (ROOT / f"recipes/{recipe}/run_qwen3_8b.sh").read_text()
-    return int(re.search(rf"\b{re.escape(key)}=(\d+)", text).group(1))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--recipe", required=True)
     parser.add_argument("--prompts", type=int, required=True, help="prompts per GPU per step")
+    parser.add_argument("--n", type=int, required=True, help="rollout.n: samples per prompt")
+    parser.add_argument("--max-prompt-length", type=int, required=True, help="data.max_prompt_length")
+    parser.add_argument("--max-response-length", type=int, required=True, help="data.max_response_length")
     parser.add_argument("--data", required=True, help="dir with GSM8K train.parquet")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    n = script_setting(args.recipe, "rollout.n")
-    prompt_len = script_setting(args.recipe, "data.max_prompt_length")
-    response_len = script_setting(args.recipe, "data.max_response_length")
+    n, prompt_len, response_len = args.n, args.max_prompt_length, args.max_response_length
     tokenizer = load_tokenizer(args.model)
     dataset = PromptDataset([str(Path(args.data) / "train.parquet")], tokenizer, max_prompt_length=prompt_len)
     prompts = [{"prompt_token_ids": list(dataset.items[i].prompt_ids)} for i in range(args.prompts)]

@@ -253,8 +253,7 @@ def main(argv=None) -> int:
     for recipe in args.recipes:
         plan = preflight(args, recipe, gpus, model, data, work)
         raw = None if args.no_raw_vllm else raw_vllm(recipe, model, data, work,
-                                                     plan["plan"]["batch"]["prompts_per_step"] // gpus,
-                                                     plan["config"]["rollout"]["gpu_memory_utilization"])
+                                                     plan["plan"]["batch"]["prompts_per_step"] // gpus, plan["config"])
         for controller in args.controllers:
             result = run_one(args, recipe, controller, gpus, model, data, work)
             result["raw_vllm_tokens_per_s_per_gpu"] = raw
@@ -278,12 +277,15 @@ def preflight(args, recipe: str, gpus: int, model: Path, data: Path, work: Path)
     return plans[0]
 
 
-def raw_vllm(recipe: str, model: Path, data: Path, work: Path, prompts: int, memory_share: float) -> float | None:
-    """Raw `vllm.LLM.generate` tokens/s on one GPU at this recipe's per-GPU batch (`prompts`), lengths and
-    engine share."""
+def raw_vllm(recipe: str, model: Path, data: Path, work: Path, prompts: int, config: dict) -> float | None:
+    """Raw `vllm.LLM.generate` tokens/s on one GPU at this recipe's per-GPU batch (`prompts`), and the n,
+    lengths and engine share of `config`, the resolved config of its dry run."""
     out = work / f"raw_vllm_{recipe}.json"
     command = [sys.executable, str(ROOT / "bench/scale_raw_vllm.py"), "--model", str(model), "--recipe", recipe,
-               "--prompts", str(prompts), "--gpu-memory-utilization", str(memory_share), "--data", str(data),
+               "--prompts", str(prompts), "--n", str(config["rollout"]["n"]),
+               "--max-prompt-length", str(config["data"]["max_prompt_length"]),
+               "--max-response-length", str(config["data"]["max_response_length"]),
+               "--gpu-memory-utilization", str(config["rollout"]["gpu_memory_utilization"]), "--data", str(data),
                "--out", str(out)]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
     print(f"[scale] raw vLLM reference for {recipe}", flush=True)

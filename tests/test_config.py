@@ -40,6 +40,14 @@ def test_overrides_apply_over_the_recipe():
     assert cfg.actor.clip_ratio_low == 0.2  # untouched keys keep their values
 
 
+def test_a_preset_lays_its_keys_over_the_recipe_and_under_the_other_overrides():
+    cfg = load_config("rloo", ["+presets=qwen3_8b", "actor.lr=2e-6"])
+    assert cfg.model.path == "Qwen/Qwen3-8B" and cfg.rollout.name == "vllm"  # the preset's
+    assert cfg.algorithm.adv_estimator == "rloo" and cfg.actor.use_kl_loss is False  # the recipe's, untouched
+    assert cfg.actor.lr == 2e-6  # an override after the preset wins
+    assert "presets" not in cfg  # `# @package _global_`: its keys sit at the top level
+
+
 def test_loaded_config_is_struct_so_a_misspelled_read_fails():
     cfg = load_config("grpo")
     with pytest.raises(Exception, match="lrr"):
@@ -64,6 +72,17 @@ def test_unknown_override_section_lists_the_top_level_keys():
 def test_appending_an_unknown_key_with_plus_names_the_override():
     with pytest.raises(ConfigError, match=r"unknown config key 'actor.lrr' in override '\+actor.lrr=1'"):
         load_config("grpo", ["+actor.lrr=1"])
+
+
+def test_a_typo_beside_a_preset_names_the_typo_not_the_preset():
+    with pytest.raises(ConfigError, match=r"unknown config key 'actor.lrr' in override 'actor.lrr=1'"):
+        load_config("grpo", ["+presets=qwen3_8b", "actor.lrr=1"])
+
+
+def test_unknown_preset_names_it_and_lists_the_presets():
+    with pytest.raises(ConfigError, match=r"^no presets/qwen3_9b.yaml for override '\+presets=qwen3_9b': "
+                                          r"choose one of \[.*'qwen3_8b'.*\] \(core/config/presets/\)$"):
+        load_config("grpo", ["+presets=qwen3_9b"])
 
 
 def test_an_open_mapping_takes_new_keys_with_plus_and_says_so_without():

@@ -31,7 +31,8 @@ def recipe_config_path(recipe: str) -> Path:
 
 
 def load_config(recipe: str, overrides: list[str] = ()) -> DictConfig:
-    """Compose `recipe` (which lists `base` in its defaults) with command-line overrides."""
+    """Compose `recipe` (which lists `base` in its defaults) with command-line overrides; `+presets=NAME`
+    among them lays core/config/presets/NAME.yaml over the recipe, below the other overrides."""
     path = recipe_config_path(recipe)
     search_path = f"hydra.searchpath=[file://{CONFIG_DIR},file://{RECIPES_DIR}]"
     try:
@@ -50,10 +51,18 @@ def load_config(recipe: str, overrides: list[str] = ()) -> DictConfig:
 
 
 def unknown_override_message(overrides: list[str]) -> str | None:
-    """For the first override whose dotted key base.yaml lacks: what is wrong and the valid keys."""
+    """For the first override whose dotted key base.yaml lacks (or whose preset does not exist): what is wrong
+    and the valid keys (or presets)."""
     base = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "base.yaml"))
     for override in overrides:
         dotted = override.split("=", 1)[0].lstrip("+~")
+        group = CONFIG_DIR / dotted
+        if group.is_dir():  # `+presets=qwen3_8b` picks a file of a config group, not a key
+            name = override.split("=", 1)[-1]
+            if not (group / f"{name}.yaml").is_file():
+                known = sorted(path.stem for path in group.glob("*.yaml"))
+                return f"no {dotted}/{name}.yaml for override {override!r}: choose one of {known} (core/config/{dotted}/)"
+            continue
         node, parents = base, []
         for part in dotted.split("."):
             if not isinstance(node, dict):

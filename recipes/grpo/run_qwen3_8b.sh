@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GRPO on GSM8K with Qwen/Qwen3-8B: the real run, batch sizes in the spirit of the published verl
 # GSM8K GRPO examples (1024 prompts × 5 samples per step, KL loss k3 0.001, lr 1e-6).
+# Launch: bash recipes/grpo/run_qwen3_8b.sh
 # Hardware: 1 node × 8 GPUs with 80 GB each (A100/H100 80GB).
 #   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale_suite.sh shows the 2-GPU settings).
 # Data: prepare GSM8K in verl's schema first:  recipezoo data gsm8k --out $HOME/data/gsm8k
@@ -8,40 +9,15 @@
 # Check before you launch (offline, no GPU, nothing downloaded):  bash recipes/grpo/run_qwen3_8b.sh --dry-run
 # Extra arguments are config overrides, e.g.: bash recipes/grpo/run_qwen3_8b.sh trainer.total_steps=20
 # The same run with a GRPO variant's loss: RECIPE=recipes/grpo/<variant>.yaml (run_qwen3_8b_gspo.sh does this).
-set -euo pipefail
-RECIPE="${RECIPE:-grpo}"
-RUN_NAME="${RUN_NAME:-grpo-qwen3-8b}"
-NGPUS="${NGPUS:-8}"  # GPUs of this node (one torchrun rank or Ray worker each)
-DATA="${DATA:-$HOME/data/gsm8k}"
-case "$DATA" in /*) ;; *) DATA="$PWD/$DATA" ;; esac  # absolute before the cd below
-cd "$(dirname "$0")/../.."
+# The keys below are GRPO's 8B deltas: the algorithm is recipes/grpo/config.yaml's, the shared 8B keys
+# (model, lengths, vLLM, lr) core/config/presets/qwen3_8b.yaml's.
 # total_steps: 15 epochs of GSM8K's 7473 train prompts at 1024 per step (7 full batches) = 105.
 # micro_batch_size 32: a mini-batch is 256 × 5 = 1280 sequences, 160 per GPU, so 5 accumulation steps.
-# One process per GPU (the local controller's SPMD mode); a dry run needs only one.
-case " $* " in
-    *" --dry-run "*|*" trainer.dry_run=true "*) launcher=(python) ;;
-    *" trainer.controller=ray "*) launcher=(python) ;;  # one driver; Ray places the workers (RAY_ADDRESS)
-    *) launcher=(torchrun --nnodes=1 --nproc_per_node="$NGPUS") ;;
-esac
-exec "${launcher[@]}" -m core.cli train --recipe "$RECIPE" \
-    model.path=Qwen/Qwen3-8B \
-    data.train_files="$DATA/train.parquet" \
-    data.val_files="$DATA/test.parquet" \
+exec bash "$(dirname "$0")/../launch_qwen3_8b.sh" "${RECIPE:-grpo}" \
     data.train_batch_size=1024 \
-    data.val_max_samples=null \
-    data.max_prompt_length=512 \
-    data.max_response_length=1024 \
-    rollout.name=vllm \
-    rollout.enforce_eager=false \
     rollout.n=5 \
-    actor.lr=1e-6 \
     actor.ppo_mini_batch_size=256 \
     actor.micro_batch_size=32 \
-    actor.entropy_coeff=0 \
-    actor.gradient_checkpointing=true \
-    trainer.nnodes=1 \
-    trainer.n_gpus_per_node="$NGPUS" \
     trainer.total_steps=105 \
-    trainer.test_freq=5 \
-    tracking.run_name="$RUN_NAME" \
+    tracking.run_name="${RUN_NAME:-grpo-qwen3-8b}" \
     "$@"
