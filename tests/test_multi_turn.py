@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from core.batch import Batch
 from core.config import ConfigError
-from core.data.batch import Batch
 from core.data.dataset import collate_prompts
 from core.rollout.base import Completion, RolloutBackend, SamplingParams
 from core.rollout.multi_turn.actions import parse_hermes_calls, parse_tag_calls

@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import Qwen3ForCausalLM
 
+from core.batch import Batch
 from core.config import load_config
-from core.data.batch import Batch
 from core.data.dataset import PromptDataset, collate_prompts, write_rows
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
+from core.batch import Batch
 from core.config import ConfigError
-from core.data.batch import Batch
 from core.rollout.base import (
     Completion,
     RolloutBackend,

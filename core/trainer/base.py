@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
 from core.algos.rollout_correction import NO_CORRECTION, rollout_correction_weights
-from core.data.batch import Batch
+from core.batch import Batch
 from core.data.batch_file import save_batch
 from core.engine.distributed import all_reduce_mean, all_reduce_sum
 from core.models.export import write_hf_files

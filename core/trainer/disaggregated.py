@@ -17,7 +17,7 @@ import ray
 import torch
 from omegaconf import OmegaConf
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.models.loading import load_tokenizer
 from core.models.random_init import build_causal_lm
 from core.rollout.base import SamplingParams, concat_rollouts, generate_rollout

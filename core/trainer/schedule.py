@@ -41,7 +41,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.models.loading import resolve_model_path
 from core.rollout.base import SamplingParams, concat_rollouts, stop_token_ids
 from core.rollout.partial import generate_in_segments

@@ -18,7 +18,7 @@ import torch
 from core.algos.actor_loss import make_actor_loss
 from core.algos.aggregation import local_loss_value
 from core.algos.value_loss import clipped_value_loss
-from core.data.batch import Batch
+from core.batch import Batch
 from core.engine.allocator import set_expandable_segments
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine, OptimConfig

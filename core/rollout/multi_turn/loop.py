@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.data.dataset import left_padded
 from core.rollout.base import Completion, RolloutBackend, SamplingParams, rollout_from_token_lists, unpadded_prompt_ids
 from core.rollout.multi_turn.actions import ToolCall, parse_calls
