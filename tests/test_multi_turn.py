@@ -270,9 +270,9 @@ def test_tool_files_are_pinned_to_absolute_paths_for_workers_elsewhere(tmp_path,
     from core.rollout.multi_turn.settings import pin_tool_paths
 
     monkeypatch.chdir(tmp_path)
-    multi_turn = OmegaConf.create({"tools": ["my_tools.py:add", "core.models.calculator:calc"], "env": "env.py:Env"})
+    multi_turn = OmegaConf.create({"tools": ["my_tools.py:add", "core.data.calculator:calc"], "env": "env.py:Env"})
     pin_tool_paths(multi_turn)
-    assert list(multi_turn.tools) == [f"{tmp_path}/my_tools.py:add", "core.models.calculator:calc"]
+    assert list(multi_turn.tools) == [f"{tmp_path}/my_tools.py:add", "core.data.calculator:calc"]
     assert multi_turn.env == f"{tmp_path}/env.py:Env"
 
 

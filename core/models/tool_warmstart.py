@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3ForCausalLM
 
-from core.models import calculator
+from core.data import calculator
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
 from core.models.warmstart import cached_model_dir, default_cache_dir, fit_sft, right_padded
 from core.rollout.multi_turn.template import TurnTemplate
