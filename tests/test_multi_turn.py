@@ -15,10 +15,10 @@ from transformers import AutoTokenizer
 from core.batch import Batch
 from core.config import ConfigError
 from core.data.dataset import collate_prompts
+from core.data.turn_template import TurnTemplate, check_template_keeps_turns, matches_full_render
 from core.rollout.base import Completion, RolloutBackend, SamplingParams
 from core.rollout.multi_turn.actions import parse_hermes_calls, parse_tag_calls
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings, cut_middle
-from core.rollout.multi_turn.template import TurnTemplate, check_template_keeps_turns, matches_full_render
 from core.rollout.multi_turn.tools import ToolSpec
 from core.trainer.metrics import logprob_diff_metrics, multi_turn_metrics
 

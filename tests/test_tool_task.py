@@ -7,11 +7,11 @@ from transformers.utils import get_json_schema
 
 from core.data import calculator
 from core.data.dataset import collate_prompts
+from core.data.turn_template import TurnTemplate
 from core.models.tiny import build_tiny_tokenizer
 from core.models.tool_warmstart import TAG_CHARACTERS, episode_tensors
 from core.rollout.base import Completion, RolloutBackend, SamplingParams
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings
-from core.rollout.multi_turn.template import TurnTemplate
 from core.rollout.multi_turn.tools import ToolSpec
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.config import ConfigError
+from core.data.turn_template import TemplateError, TurnTemplate, check_template_keeps_turns
 from core.rollout.base import RolloutBackend
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings
-from core.rollout.multi_turn.template import TemplateError, TurnTemplate, check_template_keeps_turns
 from core.rollout.multi_turn.tools import ToolSpec
 
 
