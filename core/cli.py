@@ -201,8 +201,8 @@ def _subcommand_parsers():
     from core.data.preprocess import add_parser as data
     from core.doctor import add_parser as doctor
     from core.eval.commands import add_parser as generate_and_eval
-    from core.models.export import add_parser as merge
     from core.models.fetch import add_parser as fetch_model
+    from core.trainer.checkpoint_export import add_parser as merge
 
     return [data, generate_and_eval, merge, fetch_model, doctor]
 
