@@ -63,7 +63,7 @@ def load_trainer_class(spec: str):
 def train(args: argparse.Namespace) -> int:
     config = load_config(args.recipe, args.overrides)
     if args.dry_run or config.trainer.dry_run:
-        from core.config.validate import check_trainer_class
+        from core.trainer.config_checks import check_trainer_class
         from core.trainer.plan import format_plan, make_plan
 
         plan = make_plan(config)  # validates at the world the config asks for
@@ -74,8 +74,8 @@ def train(args: argparse.Namespace) -> int:
         return 0
     if args.plan_json:
         raise ConfigError("--plan-json writes a dry run's plan: add --dry-run")
-    from core.config.validate import check_trainer_class, validate_config
     from core.reward.build import custom_function
+    from core.trainer.config_checks import check_trainer_class, validate_config
     from core.trainer.preflight import preflight
     from core.trainer.run_dir import claimed_run_dirs
     from core.trainer.signals import interruptible

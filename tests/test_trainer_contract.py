@@ -8,7 +8,7 @@ import torch
 from core.batch import BatchContractError
 from core.cli import load_trainer_class
 from core.config import ConfigError, load_config
-from core.config.validate import validate_config
+from core.trainer.config_checks import validate_config
 from recipes.grpo.trainer import GRPOTrainer
 
 

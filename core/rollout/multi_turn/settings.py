@@ -21,7 +21,7 @@ def enabled(rollout_cfg) -> bool:
 
 
 def check_multi_turn(resolved: dict) -> None:
-    """What only a multi-turn run needs (types, ranges and the format are validate.py's shared checks)."""
+    """What only a multi-turn run needs (types, ranges and the format are core/trainer/config_checks.py's shared checks)."""
     rollout, trainer = resolved["rollout"], resolved["trainer"]
     settings = rollout["multi_turn"]
     if not settings["enable"]:
