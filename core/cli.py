@@ -82,14 +82,10 @@ def train(args: argparse.Namespace) -> int:
 
     # Everything the user can get wrong fails here, before an MLflow run, an output dir or a model exists.
     validate_config(config)
-    if config.rollout.name == "sglang":  # SGLang's own install and model support, before the policy loads
-        from core.rollout.sglang import preflight
-
-        preflight(config.model.path)
     trainer_cls = load_trainer_class(config.trainer.cls)
     check_trainer_class(trainer_cls, config)
     custom_function(config.reward.custom_function)  # a reward file that fails to import
-    preflight(config)  # data files and model dir, before a model is built, warmed up or downloaded
+    preflight(config)  # SGLang, devices, data files and model dir, before a model is built, warmed up or downloaded
     # SIGTERM/SIGINT end in one line and a released lock from here on; the loop itself stops gracefully.
     with interruptible():
         if _rank() != 0:  # rank 0 owns the output dir and writes the checkpoints

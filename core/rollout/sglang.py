@@ -123,16 +123,6 @@ def check_architecture(model_path: str) -> str:
     return served[0]
 
 
-def preflight(model_path: str) -> None:
-    """What `recipezoo train` checks before any model loads. pypi:// and embedded:// models (Llama, Qwen3) are
-    resolved, and checked by the backend, later: resolving them may download or build them."""
-    from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX
-
-    check_install()
-    if not model_path.startswith((PYPI_PREFIX, EMBEDDED_PREFIX)):
-        check_architecture(model_path)
-
-
 def engine_placement(placement: EnginePlacement, seed: int) -> dict:
     """`sglang.Engine` arguments for this rank. SGLang's engine starts its own worker processes, so
     under several ranks each rank's engine is one GPU, its own (`base_gpu_id`, else every rank's engine
