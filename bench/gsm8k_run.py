@@ -308,7 +308,7 @@ def evaluate_pretrained(args, config, turns: GpuTurns) -> None:
     import torch
 
     from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
-    from core.trainer.workers import build_rollout
+    from core.rollout.build import build_rollout
 
     started, model = time.monotonic(), str(config.model.path)
     path = resolve_model_path(model)

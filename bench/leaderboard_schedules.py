@@ -82,7 +82,7 @@ def check_schedules(args, variants: list[str], gpu_count: int, variant_overrides
     """Refuse the whole invocation before any job starts when a recipe cannot run under a schedule (the config
     check's own reasons: ReMax, DAPO's dynamic sampling, a loss the correction does not weigh), or when a job
     needs more GPUs than given. `variant_overrides(variant, args)`: what a recipe needs beyond the budget."""
-    from core.config.validate import validate_config
+    from core.trainer.config_checks import validate_config
 
     schedules = run_schedules(args)
     most = max(schedule.gpus for schedule in schedules)

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.data.batch import Batch  # noqa: E402
+from core.batch import Batch  # noqa: E402
 from core.rollout.base import SamplingParams  # noqa: E402
 from core.rollout.vllm import VLLMRollout, import_vllm  # noqa: E402
 

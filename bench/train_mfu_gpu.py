@@ -34,7 +34,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.algos.actor_loss import make_actor_loss  # noqa: E402
-from core.data.batch import Batch  # noqa: E402
+from core.batch import Batch  # noqa: E402
 from core.engine.distributed import init_distributed  # noqa: E402
 from core.engine.fsdp import FSDPEngine, OptimConfig  # noqa: E402
 

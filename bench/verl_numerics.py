@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.data.batch import Batch  # noqa: E402
+from core.batch import Batch  # noqa: E402
 from core.data.batch_file import load_batch_argument  # noqa: E402
 
 # The dapo8b shape's loss (bench/verl_grpo_gpu.py, recipes/dapo/run_qwen3_8b.sh).

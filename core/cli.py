@@ -63,7 +63,7 @@ def load_trainer_class(spec: str):
 def train(args: argparse.Namespace) -> int:
     config = load_config(args.recipe, args.overrides)
     if args.dry_run or config.trainer.dry_run:
-        from core.config.validate import check_trainer_class
+        from core.trainer.config_checks import check_trainer_class
         from core.trainer.plan import format_plan, make_plan
 
         plan = make_plan(config)  # validates at the world the config asks for
@@ -74,22 +74,18 @@ def train(args: argparse.Namespace) -> int:
         return 0
     if args.plan_json:
         raise ConfigError("--plan-json writes a dry run's plan: add --dry-run")
-    from core.config.validate import check_trainer_class, validate_config
     from core.reward.build import custom_function
+    from core.trainer.config_checks import check_trainer_class, validate_config
     from core.trainer.preflight import preflight
     from core.trainer.run_dir import claimed_run_dirs
     from core.trainer.signals import interruptible
 
     # Everything the user can get wrong fails here, before an MLflow run, an output dir or a model exists.
     validate_config(config)
-    if config.rollout.name == "sglang":  # SGLang's own install and model support, before the policy loads
-        from core.rollout.sglang import preflight
-
-        preflight(config.model.path)
     trainer_cls = load_trainer_class(config.trainer.cls)
     check_trainer_class(trainer_cls, config)
     custom_function(config.reward.custom_function)  # a reward file that fails to import
-    preflight(config)  # data files and model dir, before a model is built, warmed up or downloaded
+    preflight(config)  # SGLang, devices, data files and model dir, before a model is built, warmed up or downloaded
     # SIGTERM/SIGINT end in one line and a released lock from here on; the loop itself stops gracefully.
     with interruptible():
         if _rank() != 0:  # rank 0 owns the output dir and writes the checkpoints
@@ -201,8 +197,8 @@ def _subcommand_parsers():
     from core.data.preprocess import add_parser as data
     from core.doctor import add_parser as doctor
     from core.eval.commands import add_parser as generate_and_eval
-    from core.models.export import add_parser as merge
     from core.models.fetch import add_parser as fetch_model
+    from core.trainer.checkpoint_export import add_parser as merge
 
     return [data, generate_and_eval, merge, fetch_model, doctor]
 

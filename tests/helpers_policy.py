@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from transformers import Qwen3ForCausalLM
 
-from core.data.batch import Batch
+from core.batch import Batch
+from core.data.arithmetic import make_rows
 from core.data.dataset import PromptDataset, collate_prompts, write_rows
-from core.models.arithmetic import make_rows
 from core.models.tiny import tiny_qwen3_config
 from core.rollout.base import SamplingParams
 from core.rollout.hf import HFRollout

@@ -7,7 +7,7 @@ import torch
 
 from core.algos import ROLLOUT_CORRECTIONS, ppo_clip_loss, rollout_correction_weights
 from core.config import ConfigError, load_config
-from core.config.validate import validate_config
+from core.trainer.config_checks import validate_config
 
 # Two responses; the rollout gave every token log-prob 0 (probability 1), so ρ = π_old/π_rollout = exp(old):
 #   row 0: ρ = 1, 3, 0.25    row 1: ρ = 0.5, 1, (padding)

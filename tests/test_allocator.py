@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from core.config import ConfigError, load_config
-from core.config.validate import validate_config
 from core.engine import allocator
 from core.rollout import vllm as vllm_rollout
+from core.trainer.config_checks import validate_config
 
 
 class RecordingEngine:

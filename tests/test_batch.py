@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.data.batch import Batch, BatchContractError
+from core.batch import Batch, BatchContractError
 
 
 def make_batch(size: int = 4, t_resp: int = 3) -> Batch:

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from core.config import ConfigError, load_config
-from core.config.validate import validate_config
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.engine.sharding import decoder_layers
 from core.models.lora import LoraSpec
 from core.models.tiny import build_tiny_tokenizer
+from core.trainer.config_checks import validate_config
 from tests.helpers_policy import sampled_batch, tiny_policy
 
 

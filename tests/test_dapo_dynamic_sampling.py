@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from core.algos.advantages import group_indices
+from core.batch import Batch
 from core.cli import main as cli_main
 from core.config import load_config
-from core.data.batch import Batch
 from core.data.dataset import collate_prompts
 from core.reward.manager import place_on_last_token
 from core.rollout.base import concat_rollouts

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from core.config import ConfigError, load_config
-from core.config.validate import validate_config
 from core.trainer.checkpoint import read_trainer_state
+from core.trainer.config_checks import validate_config
 from recipes.grpo.trainer import GRPOTrainer
 
 BATCH, N, MAX_STALENESS = 4, 2, 2

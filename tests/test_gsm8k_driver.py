@@ -337,7 +337,7 @@ def test_the_drivers_table_counts_one_run_of_a_seed_a_redo_stopped_rerun_stopped
 
 def tiny_benchmarks(folder: Path) -> Path:
     """GSM8K/MATH-500/AIME24/AIME25 stand-ins the tiny model's characters can spell: arithmetic problems."""
-    from core.models import arithmetic
+    from core.data import arithmetic
 
     for name, split, source, count, seed in (("gsm8k", "train", "openai/gsm8k", 32, 1),
                                              ("gsm8k", "test", "openai/gsm8k", 8, 2),

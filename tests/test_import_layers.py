@@ -1,10 +1,26 @@
-"""core/ is layered: no two modules import each other, directly or around a circle, even lazily
-inside a function (a lazy import hides a circle from Python, not from the reader)."""
+"""core/ is layered: its folders stand on floors and import only down them, and no two modules import each other,
+directly or around a circle. Lazy imports inside a function count (a lazy import hides a circle from Python, not
+from the reader)."""
 
 import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+# core/'s floors, the ground first (docs/architecture.md draws them): a folder of core/, or a module straight under
+# it, imports only from the floors below its own, never from one beside it or above, so no two folders can reach
+# each other. A name listed but absent is a floor still to be filled: leaderboard/, when its files leave tracking/.
+FLOORS = (
+    ("algos", "batch", "config", "file_lock"),
+    ("reward",),
+    ("data", "tracking"),
+    ("models",),
+    ("engine",),
+    ("rollout",),
+    ("eval",),
+    ("trainer", "leaderboard", "doctor"),
+    ("cli",),
+)
 
 
 def module_name(path: Path, root: Path = REPO) -> str:
@@ -33,10 +49,28 @@ def imported_modules(path: Path, modules: set[str], root: Path = REPO) -> set[st
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    paths = sorted((REPO / "core").rglob("*.py"))
-    modules = {module_name(path) for path in paths}
-    return {module_name(path): imported_modules(path, modules) - {module_name(path)} for path in paths}
+def import_graph(root: Path = REPO) -> dict[str, set[str]]:
+    paths = sorted((root / "core").rglob("*.py"))
+    modules = {module_name(path, root) for path in paths}
+    return {module_name(path, root): imported_modules(path, modules, root) - {module_name(path, root)} for path in paths}
+
+
+def floor_part(module: str) -> str | None:
+    """The folder or module straight under core/ that `module` is part of (`core.rollout.hf` -> `rollout`); None for
+    core/__init__.py, which holds nothing."""
+    return module.split(".")[1] if "." in module else None
+
+
+def floor_violations(graph: dict[str, set[str]], floors: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Every import that does not go down `floors` (sideways counts), and every part of core/ on no floor."""
+    floor_of = {part: level for level, parts in enumerate(floors) for part in parts}
+    parts = {floor_part(module) for module in graph} - {None}
+    violations = [f"core/{part} stands on no floor: add it to FLOORS" for part in sorted(parts - set(floor_of))]
+    for importer, imported in sorted((module, target) for module, targets in graph.items() for target in targets):
+        low, high = floor_part(importer), floor_part(imported)
+        if low in floor_of and high in floor_of and low != high and floor_of[high] >= floor_of[low]:
+            violations.append(f"{importer} -> {imported}")
+    return violations
 
 
 def strongly_connected_components(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -93,6 +127,26 @@ def test_lazy_and_relative_imports_count(tmp_path):
     modules = {"core.pkg.low", "core.pkg.high"}
     assert imported_modules(package / "low.py", modules, tmp_path) == {"core.pkg.high"}
     assert imported_modules(package / "high.py", modules, tmp_path) == {"core.pkg.low"}
+
+
+def test_an_import_up_or_sideways_breaks_the_floors_even_inside_a_function(tmp_path):
+    core = tmp_path / "core"
+    for folder in ("low", "high", "stray"):
+        (core / folder).mkdir(parents=True)
+    (core / "low" / "task.py").write_text("def make():\n    from core.high import run\n")  # up, lazily
+    (core / "high" / "run.py").write_text("from core.low.task import make\n")  # down: fine
+    (core / "beside.py").write_text("from core.low import task\n")  # sideways, from a module straight under core/
+    (core / "stray" / "thing.py").write_text("")
+    floors = (("low", "beside"), ("high",), ("absent",))  # a floor still to be filled is no violation
+    assert floor_violations(import_graph(tmp_path), floors) == [
+        "core/stray stands on no floor: add it to FLOORS", "core.beside -> core.low.task",
+        "core.low.task -> core.high.run"]
+
+
+def test_core_imports_only_down_its_floors():
+    violations = floor_violations(import_graph(), FLOORS)
+    assert not violations, "imports against core's floors (FLOORS, drawn in docs/architecture.md): " + "; ".join(
+        violations)
 
 
 def test_core_modules_import_one_way():

@@ -12,13 +12,13 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from core.batch import Batch
 from core.config import ConfigError
-from core.data.batch import Batch
 from core.data.dataset import collate_prompts
+from core.data.turn_template import TurnTemplate, check_template_keeps_turns, matches_full_render
 from core.rollout.base import Completion, RolloutBackend, SamplingParams
 from core.rollout.multi_turn.actions import parse_hermes_calls, parse_tag_calls
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings, cut_middle
-from core.rollout.multi_turn.template import TurnTemplate, check_template_keeps_turns, matches_full_render
 from core.rollout.multi_turn.tools import ToolSpec
 from core.trainer.metrics import logprob_diff_metrics, multi_turn_metrics
 
@@ -270,9 +270,9 @@ def test_tool_files_are_pinned_to_absolute_paths_for_workers_elsewhere(tmp_path,
     from core.rollout.multi_turn.settings import pin_tool_paths
 
     monkeypatch.chdir(tmp_path)
-    multi_turn = OmegaConf.create({"tools": ["my_tools.py:add", "core.models.calculator:calc"], "env": "env.py:Env"})
+    multi_turn = OmegaConf.create({"tools": ["my_tools.py:add", "core.data.calculator:calc"], "env": "env.py:Env"})
     pin_tool_paths(multi_turn)
-    assert list(multi_turn.tools) == [f"{tmp_path}/my_tools.py:add", "core.models.calculator:calc"]
+    assert list(multi_turn.tools) == [f"{tmp_path}/my_tools.py:add", "core.data.calculator:calc"]
     assert multi_turn.env == f"{tmp_path}/env.py:Env"
 
 

@@ -21,7 +21,7 @@ from core.models.tool_warmstart import TAG_CHARACTERS
 from tests.test_dry_run import gsm8k_rows
 
 CALCULATOR = ["data.train_files=embedded://calculator", "data.val_files=embedded://calculator",
-              "rollout.multi_turn.enable=true", "rollout.multi_turn.tools=[core.models.calculator:calc]",
+              "rollout.multi_turn.enable=true", "rollout.multi_turn.tools=[core.data.calculator:calc]",
               "rollout.multi_turn.format=tags", "rollout.multi_turn.max_turns=2",
               "rollout.multi_turn.check_template=true"]
 

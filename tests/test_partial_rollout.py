@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from core.batch import Batch
 from core.config import ConfigError, load_config
-from core.config.validate import validate_config
-from core.data.batch import Batch
 from core.rollout.base import SamplingParams, rollout_from_token_lists, stop_token_ids
 from core.rollout.hf import HFRollout
 from core.rollout.partial import generate_in_segments
+from core.trainer.config_checks import validate_config
 from recipes.grpo.trainer import GRPOTrainer
 
 GREEDY = SamplingParams(n=2, temperature=0.0, max_new_tokens=7, seed=0)

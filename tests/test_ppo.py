@@ -10,8 +10,8 @@ import pytest
 import torch
 from test_dry_run import gsm8k_rows
 
+from core.batch import Batch
 from core.config import load_config
-from core.data.batch import Batch
 from core.data.dataset import write_rows
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig

@@ -2,8 +2,8 @@
 
 import pytest
 
-from core.config import load_config
-from core.config.validate import ConfigError, validate_config
+from core.config import ConfigError, load_config
+from core.trainer.config_checks import validate_config
 from recipes.grpo.trainer import GRPOTrainer
 
 

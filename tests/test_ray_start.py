@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.trainer.start_record import PREFIX, slowest, start_line
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -c constraints-cpu.txt ray")

@@ -7,8 +7,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from core.batch import Batch
 from core.config import CONFIG_DIR
-from core.data.batch import Batch
 from core.data.dataset import PromptItem, collate_prompts
 from core.reward.build import build_reward_manager
 from core.reward.manager import RewardManager, place_on_last_token, reward_metrics

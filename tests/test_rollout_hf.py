@@ -12,16 +12,16 @@ import pytest
 import torch
 from transformers import Qwen3ForCausalLM
 
+from core.batch import Batch
 from core.config import load_config
-from core.data.batch import Batch
+from core.data.arithmetic import make_rows
 from core.data.dataset import PromptDataset, collate_prompts, write_rows
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
-from core.models.arithmetic import make_rows
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
 from core.rollout.base import SamplingParams, assemble_rollout, response_mask_from_ids
+from core.rollout.build import build_rollout
 from core.rollout.hf import HFRollout
-from core.trainer.workers import build_rollout
 
 MAX_NEW_TOKENS = 12
 EOS = 2  # hand-made examples only

@@ -13,9 +13,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from core.batch import Batch
 from core.cli import main as cli_main
 from core.config import ConfigError
-from core.data.batch import Batch
 from core.rollout import sglang as backend
 from core.rollout.base import SamplingParams
 from core.rollout.placement import EnginePlacement
@@ -196,7 +196,7 @@ def test_the_bookkeeping_around_the_engine_call_runs_on_one_torch_thread_and_res
     may pin the count."""
     script = """
 import torch
-from core.data.batch import Batch
+from core.batch import Batch
 from core.rollout import base
 from core.rollout.base import SamplingParams
 from tests.test_rollout_sglang import stand_in_rollout

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from core.batch import Batch
 from core.cli import main
-from core.config import load_config
-from core.config.validate import ConfigError, validate_config
-from core.data.batch import Batch
+from core.config import ConfigError, load_config
 from core.data.batch_file import OPTIONAL_KEYS, REQUIRED_KEYS, load_batch, save_batch
+from core.trainer.config_checks import validate_config
 from recipes.grpo.trainer import GRPOTrainer
 
 

@@ -12,8 +12,8 @@ import torch
 
 from core.cli import main
 from core.config import ConfigError, load_config
-from core.config.validate import validate_config
 from core.trainer.checkpoint import latest_checkpoint, read_trainer_state
+from core.trainer.config_checks import validate_config
 from core.trainer.metrics import staleness_metrics
 from core.trainer.schedule import DEFAULT_MAX_STALENESS, SCHEDULES, AsyncSchedule
 from recipes.grpo.trainer import GRPOTrainer

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("sglang") is None,
                                 reason="needs a CUDA GPU and sglang (bench/requirements-sglang.txt)")
 
-from core.data.batch import Batch  # noqa: E402
+from core.batch import Batch  # noqa: E402
 from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from core.rollout.base import SamplingParams  # noqa: E402
 from core.rollout.hf import HFRollout  # noqa: E402

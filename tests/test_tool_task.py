@@ -1,17 +1,17 @@
-"""The embedded calculator task and its warm start (core/models/calculator.py, core/models/tool_warmstart.py)."""
+"""The embedded calculator task and its warm start (core/data/calculator.py, core/models/tool_warmstart.py)."""
 
 from __future__ import annotations
 
 import pytest
 from transformers.utils import get_json_schema
 
+from core.data import calculator
 from core.data.dataset import collate_prompts
-from core.models import calculator
+from core.data.turn_template import TurnTemplate
 from core.models.tiny import build_tiny_tokenizer
 from core.models.tool_warmstart import TAG_CHARACTERS, episode_tensors
 from core.rollout.base import Completion, RolloutBackend, SamplingParams
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings
-from core.rollout.multi_turn.template import TurnTemplate
 from core.rollout.multi_turn.tools import ToolSpec
 
 
@@ -62,7 +62,7 @@ def test_the_warm_start_lays_out_an_episode_token_for_token_as_the_rollout_does(
                                            ["<calc>4821*37</calc>", "#### 178377"], ["178377"], False)
     ids, loss_mask = episode_tensors(tokenizer, [episode])
     template = TurnTemplate(tokenizer)
-    rollout = MultiTurnRollout(ReplayEngine(tokenizer, turns), tokenizer, ToolSpec(["core.models.calculator:calc"],
+    rollout = MultiTurnRollout(ReplayEngine(tokenizer, turns), tokenizer, ToolSpec(["core.data.calculator:calc"],
                                None), MultiTurnSettings(action_format="tags"), template)
     from core.data.dataset import PromptItem
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.rollout.base import SamplingParams, split_greedy_baselines
 from core.trainer.tp_generation import TensorParallelGeneration, prompt_shares, share_params
 from core.trainer.validation import call_rows

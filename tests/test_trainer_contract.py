@@ -5,10 +5,10 @@ import textwrap
 import pytest
 import torch
 
+from core.batch import BatchContractError
 from core.cli import load_trainer_class
 from core.config import ConfigError, load_config
-from core.config.validate import validate_config
-from core.data.batch import BatchContractError
+from core.trainer.config_checks import validate_config
 from recipes.grpo.trainer import GRPOTrainer
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from core.cli import main
 from core.config import ConfigError, load_config
-from core.config.validate import planned_world, validate_config
+from core.trainer.config_checks import planned_world, validate_config
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = ["grpo", "rloo", "remax", "dapo", "ppo", "recipes/grpo/drgrpo.yaml", "recipes/grpo/reinforce_pp.yaml",

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import verl_numerics as numerics  # noqa: E402
 from helpers_policy import sampled_batch, tiny_policy  # noqa: E402
 
-from core.data.batch import Batch  # noqa: E402
+from core.batch import Batch  # noqa: E402
 from core.data.batch_file import load_batch, save_batch  # noqa: E402
 from core.models.tiny import build_tiny_tokenizer  # noqa: E402
 

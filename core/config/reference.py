@@ -5,7 +5,7 @@
 base.yaml's comments are the documentation, so this reads them from the file itself, line by line: a key's
 comment is the `# ...` after it, continued by comment-only lines whose `#` sits in the same column, or the
 comment-only lines right above it (no blank line between). Types, defaults and ranges come from the same
-sources the config check uses (`core/config/validate.py`), so the page states what a run accepts. The
+sources the config check uses (`core/config/schema.py`), so the page states what a run accepts. The
 documentation site builds this page on every build (docs/hooks.py), so it never goes stale.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from core.config import CONFIG_DIR
+from core.config.schema import KINDS_BEYOND_DEFAULT, RANGES
 
 BASE_YAML = CONFIG_DIR / "base.yaml"
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*):(?P<rest>.*)$")
@@ -98,9 +99,7 @@ def lookup(tree: dict, dotted: str):
 
 
 def type_of(dotted: str, default) -> str:
-    """The kinds of value the config check accepts for the key (validate.py), else its default's type."""
-    from core.config.validate import KINDS_BEYOND_DEFAULT
-
+    """The kinds of value the config check accepts for the key (schema.py), else its default's type."""
     kinds = KINDS_BEYOND_DEFAULT.get(dotted)
     if kinds:
         return " or ".join("mapping" if kind == "dict" else kind for kind in kinds)
@@ -125,8 +124,6 @@ def cell(text: str) -> str:
 
 def render_block(entry: Entry, defaults: dict, level: int) -> list[str]:
     """A heading for the block, its comment, a table of its leaf keys, then its nested blocks."""
-    from core.config.validate import RANGES
-
     lines = [f"{'#' * level} `{entry.dotted}`", ""]
     if entry.comment:
         lines += [" ".join(entry.comment), ""]
@@ -150,7 +147,7 @@ def render_reference(path: Path = BASE_YAML) -> str:
     lines = ["# Config reference", "",
              "Generated from `core/config/base.yaml` by `python -m core.config.reference` on every build of this "
              "site; do not edit. *type* and *valid* are what the check before a run accepts "
-             "(`core/config/validate.py`); a key whose default is null takes what its comment says.", "",
+             "(`core/config/schema.py`); a key whose default is null takes what its comment says.", "",
              "```yaml", *(f"#{line}" for line in header), "```", ""]
     for root in roots:
         if root.children:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.data.batch import Batch
+from core.batch import Batch
 
 REQUIRED_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "token_level_rewards")
 OPTIONAL_KEYS = ("rollout_log_probs", "old_log_probs")

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from core.data.batch import Batch
+from core.batch import Batch
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.data.dataset import PromptItem, collate_prompts
 
 

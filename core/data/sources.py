@@ -10,6 +10,7 @@ import os
 import threading
 from pathlib import Path
 
+from core.data import arithmetic, calculator
 from core.data.dataset import DataError, write_rows
 
 EMBEDDED_PREFIX = "embedded://"
@@ -23,8 +24,6 @@ def resolve_data_files(spec, split: str, cache_dir: Path) -> list[str]:
 
 
 def _materialise(spec: str, split: str, cache_dir: Path) -> str:
-    from core.models import arithmetic, calculator
-
     name = spec[len(EMBEDDED_PREFIX):]
     tasks = {arithmetic.DATA_SOURCE: (arithmetic.make_rows, f"max{arithmetic.MAX_OPERAND}"),
              calculator.DATA_SOURCE: (calculator.make_rows, f"{calculator.LEFT[1]}x{calculator.RIGHT[1]}")}

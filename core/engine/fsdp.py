@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.engine.distributed import World, all_reduce_max, all_reduce_mean, all_reduce_sum
 from core.engine.logprob_head import DEFAULT_CHUNK_TOKENS
 from core.engine.packing import register_varlen_attention, response_rows, split_groups_to, token_budget_groups

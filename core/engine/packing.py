@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from core.data.batch import Batch
+from core.batch import Batch
 
 ATTENTION_NAME = "recipezoo_varlen"
 

@@ -17,6 +17,7 @@ import torch
 from core.data.dataset import PromptDataset, collate_prompts, read_rows, write_rows
 from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
 from core.rollout.base import SamplingParams
+from core.rollout.build import build_rollout
 from core.tracking.console import format_duration
 
 
@@ -44,8 +45,6 @@ def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, toke
     `rollout` and its `tokenizer`: a backend built elsewhere, e.g. a trainer's engine holding the
     policy it trained; `spec.model` then only names that policy in the written settings.
     """
-    from core.trainer.workers import build_rollout  # the trainer's backend factory, also for vllm later
-
     if (rollout is None) != (tokenizer is None):
         raise ValueError("generate_responses: pass both rollout and tokenizer, or neither")
     if rollout is None:

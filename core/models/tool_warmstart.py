@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from transformers import Qwen3ForCausalLM
 
-from core.models import calculator
+from core.data import calculator
+from core.data.turn_template import TurnTemplate
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
 from core.models.warmstart import cached_model_dir, default_cache_dir, fit_sft, right_padded
-from core.rollout.multi_turn.template import TurnTemplate
 
 TAG_CHARACTERS = "<>"  # the tag action's brackets, beyond the embedded tokenizer's characters
 TOOL_WARMSTART_VERSION = 2  # bump when the task or the SFT layout changes the weights

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
+from core.data import arithmetic
 from core.file_lock import exclusive_file_lock
-from core.models import arithmetic
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config
 
 # Bump when the task, tokenizer or training code changes in a way that changes the weights.

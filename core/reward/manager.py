@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from core.data.batch import Batch, BatchContractError
+from core.batch import Batch, BatchContractError
 from core.reward import gsm8k, mathverify, reasoning_gym
 from core.reward.answer_formats import zero_reward_message
 from core.reward.custom import CustomFunction

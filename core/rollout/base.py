@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import GenerationConfig
 
-from core.data.batch import RESPONSE_ALIGNED, Batch
+from core.batch import RESPONSE_ALIGNED, Batch
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import replace
 import torch
 from transformers import GenerationConfig
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.data.dataset import left_padded
 from core.rollout.base import (
     Completion,

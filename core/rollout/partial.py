@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.data.dataset import left_padded
 from core.rollout.base import SamplingParams, rollout_from_token_lists
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
+from core.batch import Batch
 from core.config import ConfigError
-from core.data.batch import Batch
 from core.rollout.base import (
     Completion,
     RolloutBackend,
@@ -121,16 +121,6 @@ def check_architecture(model_path: str) -> str:
         raise ConfigError(f"rollout.name=sglang cannot serve model.path={model_path}: SGLang {SGLANG_VERSION} has no "
                           f"implementation of its architectures {architectures}; use rollout.name=vllm or hf")
     return served[0]
-
-
-def preflight(model_path: str) -> None:
-    """What `recipezoo train` checks before any model loads. pypi:// and embedded:// models (Llama, Qwen3) are
-    resolved, and checked by the backend, later: resolving them may download or build them."""
-    from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX
-
-    check_install()
-    if not model_path.startswith((PYPI_PREFIX, EMBEDDED_PREFIX)):
-        check_architecture(model_path)
 
 
 def engine_placement(placement: EnginePlacement, seed: int) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.engine.allocator import set_expandable_segments
 from core.rollout.base import (
     Completion,

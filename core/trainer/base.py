@@ -17,16 +17,16 @@ from omegaconf import OmegaConf
 from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
 from core.algos.rollout_correction import NO_CORRECTION, rollout_correction_weights
-from core.data.batch import Batch
+from core.batch import Batch
 from core.data.batch_file import save_batch
 from core.engine.distributed import all_reduce_mean, all_reduce_sum
-from core.models.export import write_hf_files
 from core.reward.build import build_reward_manager
 from core.reward.manager import reward_metrics, too_many_errors
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
 from core.tracking.profiler import step_profiler
 from core.trainer.checkpoint import CheckpointManager, list_checkpoints
+from core.trainer.checkpoint_export import write_hf_files
 from core.trainer.controllers import build_roles
 from core.trainer.guards import StepGuard
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics

@@ -17,10 +17,11 @@ import ray
 import torch
 from omegaconf import OmegaConf
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.models.loading import load_tokenizer
 from core.models.random_init import build_causal_lm
 from core.rollout.base import SamplingParams, concat_rollouts, generate_rollout
+from core.rollout.build import build_rollout
 from core.trainer.ray_controller import (
     ACTOR,
     WORKER_RUNTIME_ENV,
@@ -31,7 +32,6 @@ from core.trainer.ray_controller import (
 )
 from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
-from core.trainer.workers import build_rollout
 
 ROLLOUT = "rollout"
 

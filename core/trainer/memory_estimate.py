@@ -396,7 +396,7 @@ def token_activations(activations: dict[str, float]) -> float:
 
 def expandable_segments_lever(config, found: dict, limit: float) -> str | None:
     """`actor.expandable_segments=true` when the update is over `limit` only by the allocator's cached blocks
-    (and generation is within it); None otherwise. SGLang's memory saver refuses it (core/config/validate.py)."""
+    (and generation is within it); None otherwise. SGLang's memory saver refuses it (core/trainer/config_checks.py)."""
     if (OmegaConf.select(config, "actor.expandable_segments", default=False) or config.rollout.name == "sglang"
             or max(found["training_allocated"], found["generation_peak"]) > limit):
         return None

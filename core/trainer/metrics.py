@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.rollout.multi_turn.loop import STOP_REASONS
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from core.config import ConfigError
-from core.config.validate import CONTROLLER_PACKAGES, ROLLOUT_PACKAGES, planned_world, validate_config
 from core.data.dataset import get_field, read_rows
 from core.models.fetch import PYPI_MODELS, PYPI_PREFIX, FetchError, describe_pypi_model, is_complete, model_dir
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
+from core.trainer.config_checks import CONTROLLER_PACKAGES, ROLLOUT_PACKAGES, planned_world, validate_config
 from core.trainer.memory_estimate import (
     GIB,
     PEAK_TARGET,

@@ -1,16 +1,17 @@
 """Cheap checks first: the GPUs and files a run needs, checked before any model is built or downloaded.
 
 `recipezoo train` runs this right after the config check and the loading of the reward function file,
-so more GPUs than the node has (devices.py), a typo in a data path, an empty parquet file or a model dir
-without weights fails in seconds with one line, not after the embedded model's warm start (minutes on a
-CPU), a download or a Ray cluster's start. The dataset reads the same files again once the tokenizer
-exists; these checks only need the rows.
+so an SGLang install or model it cannot serve, more GPUs than the node has (devices.py), a typo in a data
+path, an empty parquet file or a model dir without weights fails in seconds with one line, not after the
+embedded model's warm start (minutes on a CPU), a download or a Ray cluster's start. The dataset reads the
+same files again once the tokenizer exists; these checks only need the rows.
 """
 
 from __future__ import annotations
 
 from core.data.dataset import REGENERATE_HINT, DataError, column_values, read_rows
 from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX, check_model_files
+from core.rollout.sglang import check_architecture, check_install
 from core.trainer.devices import check_devices
 from core.trainer.setup import data_files
 
@@ -18,6 +19,8 @@ FIELD_KEYS = {"prompt_key": "data.prompt_key", "ground_truth_key": "data.ground_
 
 
 def preflight(config) -> None:
+    if config.rollout.name == "sglang":
+        check_sglang(config.model.path)
     check_devices(config)
     check_model_dir(config.model.path, config.model.gguf_file, "model.path", weights=config.model.init == "pretrained")
     if config.critic.model_path:
@@ -35,6 +38,14 @@ def check_model_dir(path: str, gguf_file: str | None, key: str, weights: bool) -
     check_model_files(path, gguf_file, weights=False)
     if weights:
         check_model_files(path, gguf_file, weights=True)
+
+
+def check_sglang(model_path: str) -> None:
+    """SGLang's install, and its support of the model's architecture. pypi:// and embedded:// models (Llama, Qwen3)
+    are resolved, and checked by the backend, later: resolving them may download or build them."""
+    check_install()
+    if not model_path.startswith((PYPI_PREFIX, EMBEDDED_PREFIX)):
+        check_architecture(model_path)
 
 
 def check_data_file(path: str, data) -> None:

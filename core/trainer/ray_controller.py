@@ -22,8 +22,8 @@ import ray
 import torch
 from omegaconf import OmegaConf
 
+from core.batch import Batch
 from core.config import ConfigError
-from core.data.batch import Batch
 from core.engine.distributed import init_distributed
 from core.models.loading import load_tokenizer
 from core.rollout.base import SamplingParams, concat_rollouts

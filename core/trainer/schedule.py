@@ -41,7 +41,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.models.loading import resolve_model_path
 from core.rollout.base import SamplingParams, concat_rollouts, stop_token_ids
 from core.rollout.partial import generate_in_segments
@@ -50,7 +50,7 @@ from core.trainer.metrics import staleness_metrics
 from core.trainer.timeline import ROLLOUT
 
 # trainer.max_staleness under async when the config leaves it null. The key's default is null, not this,
-# so the config check can refuse a bound given to a schedule that would ignore it (core/config/validate.py).
+# so the config check can refuse a bound given to a schedule that would ignore it (core/trainer/config_checks.py).
 DEFAULT_MAX_STALENESS = 2
 
 

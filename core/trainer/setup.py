@@ -16,7 +16,6 @@ from typing import Callable
 import torch
 from omegaconf import OmegaConf
 
-from core.config.validate import check_batch_sizes
 from core.data.dataset import PromptDataset
 from core.data.loader import PromptLoader
 from core.data.sources import resolve_data_files
@@ -27,6 +26,7 @@ from core.models.warmstart import default_cache_dir
 from core.rollout.multi_turn.settings import checked_template, pin_tool_paths
 from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
 from core.tracking.tracker import Tracking, build_tracking
+from core.trainer.config_checks import check_batch_sizes
 from core.trainer.memory_estimate import ModelShape, check_run_fits
 from core.trainer.resume import check_data_position, plan_resume
 from core.trainer.seed import seed_everything

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import torch.distributed as dist
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.engine.distributed import World
 from core.rollout.base import SamplingParams, concat_rollouts
 from core.trainer.schedule import SyncSchedule

@@ -18,17 +18,15 @@ import torch
 from core.algos.actor_loss import make_actor_loss
 from core.algos.aggregation import local_loss_value
 from core.algos.value_loss import clipped_value_loss
-from core.data.batch import Batch
+from core.batch import Batch
 from core.engine.allocator import set_expandable_segments
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.loading import resolve_model_path
 from core.models.lora import LoraSpec, write_adapter_dir
 from core.models.random_init import build_causal_lm, build_value_model
-from core.rollout.base import RolloutBackend, SamplingParams, generate_rollout, stop_token_ids
-from core.rollout.hf import HFRollout
-from core.rollout.multi_turn.settings import build_multi_turn
-from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
+from core.rollout.base import SamplingParams, generate_rollout
+from core.rollout.build import build_rollout
 from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
 
@@ -195,38 +193,6 @@ class CriticWorker:
                                   epochs=critic.ppo_epochs)
 
 
-def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutBackend:
-    """The engine of `build_engine`, running tool-using episodes with it under `rollout.multi_turn`."""
-    engine = build_engine(config, model_path, tokenizer, load_hf_model)
-    if not multi_turn_enabled(config.rollout):
-        return engine
-    return build_multi_turn(config, engine, tokenizer, stop_token_ids(tokenizer, model_path))
-
-
-def build_engine(config, model_path: str, tokenizer, load_hf_model) -> RolloutBackend:
-    """`rollout.name`: hf (its own HF copy of the policy, from `load_hf_model()`), vllm or sglang."""
-    rollout = config.rollout
-    if rollout.name == "hf":
-        return HFRollout(load_hf_model(), tokenizer, micro_batch_size=rollout.micro_batch_size,
-                         stop_ids=stop_token_ids(tokenizer, model_path))
-    if rollout.name in ("vllm", "sglang"):
-        max_model_len = rollout.max_model_len or _engine_max_len(model_path, config.data)
-        dtype = "bfloat16" if torch.cuda.is_available() else "float32"  # CPU: the trainer's fp32, exactly
-        if rollout.name == "vllm":
-            from core.rollout.vllm import VLLMRollout
-
-            lora = config.actor.lora
-            return VLLMRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
-                               max_model_len=max_model_len, dummy_weights=config.model.init == "random",
-                               lora_rank=lora.rank if lora.rank is not None and lora.sync == "adapter" else None,
-                               expandable_segments=bool(config.actor.expandable_segments))
-        from core.rollout.sglang import SGLangRollout
-
-        return SGLangRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
-                             max_model_len=max_model_len, dummy_weights=config.model.init == "random")
-    raise ValueError(f"rollout.name={rollout.name!r}: expected one of ['hf', 'vllm', 'sglang']")
-
-
 def rollout_weight_dtype(config, device: torch.device) -> torch.dtype:
     """What a weight sync hands the engine: bf16 to vLLM or SGLang on a GPU (their serving dtype), else the
     trainer's fp32."""
@@ -237,15 +203,6 @@ def adapter_sync_dir() -> Path:
     """A fresh dir for one adapter sync, in memory-backed /dev/shm where there is one."""
     shm = Path("/dev/shm")
     return Path(tempfile.mkdtemp(prefix="recipezoo-adapter-", dir=shm if shm.is_dir() else None))
-
-
-def _engine_max_len(model_path: str, data) -> int:
-    """Prompt + response budget, capped at the model's context: vLLM refuses a longer max_model_len."""
-    from transformers import AutoConfig
-
-    limit = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
-    wanted = data.max_prompt_length + data.max_response_length
-    return min(wanted, int(limit)) if limit else wanted
 
 
 def mini_batch_rows(config, world: World) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 
 from core.algos.advantages import group_indices
 from core.algos.dapo import overlong_penalty, uniform_groups
-from core.data.batch import Batch
+from core.batch import Batch
 from core.engine.distributed import all_reduce_sum
 from core.reward.manager import place_on_last_token
 from core.rollout.base import concat_rollouts

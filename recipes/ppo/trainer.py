@@ -8,7 +8,7 @@ first `trainer.critic_warmup` steps so the policy is not steered by an untrained
 
 from __future__ import annotations
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.trainer.base import BaseTrainer
 
 

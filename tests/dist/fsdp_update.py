@@ -13,7 +13,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from core.algos.actor_loss import make_actor_loss
-from core.data.batch import Batch
+from core.batch import Batch
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config

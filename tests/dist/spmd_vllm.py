@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from core.data.batch import Batch  # noqa: E402
+from core.batch import Batch  # noqa: E402
 from core.engine.distributed import all_gather_object, init_distributed  # noqa: E402
 from core.models.loading import load_tokenizer  # noqa: E402
 from core.rollout.base import SamplingParams  # noqa: E402

@@ -15,11 +15,16 @@ import sys
 import numpy as np
 import torch
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.data.dataset import PromptItem
 from core.engine.distributed import all_gather_object, init_distributed, with_tensor_parallel
-from core.rollout.base import SamplingParams, concat_rollouts, greedy_baseline_params, rollout_from_token_lists
-from core.rollout.base import with_greedy_baselines
+from core.rollout.base import (
+    SamplingParams,
+    concat_rollouts,
+    greedy_baseline_params,
+    rollout_from_token_lists,
+    with_greedy_baselines,
+)
 from core.trainer.tp_generation import TensorParallelGeneration, prompt_shares, share_params
 from core.trainer.validation import validate
 

@@ -3,9 +3,9 @@
 `MultiTurnRollout` wraps an engine (HF, vLLM, SGLang) and runs all live episodes of a batch turn by turn: one engine
 call per turn (token in, token out, each episode with the response budget it has left), then the turn's tool calls,
 run concurrently. An episode's response is its assistant turns (the sampled ids, verbatim; `response_mask` 1) and
-the text between them (end of turn, tool messages, next generation prompt, from the chat template: `template.py`;
-`response_mask` 0, attended to but never trained on, its rollout log-probs 0). Groups for GRPO-style advantages are
-the n episodes of one prompt, as in a single-turn rollout.
+the text between them (end of turn, tool messages, next generation prompt, from the chat template:
+`core/data/turn_template.py`; `response_mask` 0, attended to but never trained on, its rollout log-probs 0). Groups
+for GRPO-style advantages are the n episodes of one prompt, as in a single-turn rollout.
 
 An episode ends (`multi_turn/stop_reason/<reason>`) when its turn has no tool call (`stop` after calling tools,
 `no_tool_call` if it never did), its response budget `data.max_response_length` runs out (`length`; a call cut by
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from core.data.batch import Batch
+from core.batch import Batch
 from core.data.dataset import left_padded
+from core.data.turn_template import TurnTemplate, matches_full_render
 from core.rollout.base import Completion, RolloutBackend, SamplingParams, rollout_from_token_lists, unpadded_prompt_ids
 from core.rollout.multi_turn.actions import ToolCall, parse_calls
-from core.rollout.multi_turn.template import TurnTemplate, matches_full_render
 from core.rollout.multi_turn.tools import ToolSpec, call_tool
 
 STOP_REASONS = ("stop", "no_tool_call", "length", "max_turns", "env_done")

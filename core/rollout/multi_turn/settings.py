@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.config import ConfigError
+from core.data.turn_template import TemplateError, TurnTemplate, check_template_keeps_turns
 from core.rollout.base import RolloutBackend
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings
-from core.rollout.multi_turn.template import TemplateError, TurnTemplate, check_template_keeps_turns
 from core.rollout.multi_turn.tools import ToolSpec
 
 
@@ -21,7 +21,7 @@ def enabled(rollout_cfg) -> bool:
 
 
 def check_multi_turn(resolved: dict) -> None:
-    """What only a multi-turn run needs (types, ranges and the format are validate.py's shared checks)."""
+    """What only a multi-turn run needs (types, ranges and the format are core/trainer/config_checks.py's shared checks)."""
     rollout, trainer = resolved["rollout"], resolved["trainer"]
     settings = rollout["multi_turn"]
     if not settings["enable"]:

@@ -5,8 +5,7 @@ output dir; `--dry-run` runs the same check at the world size the config asks fo
 `ConfigError` line naming the key, the value and what is expected.
 
 Types come from base.yaml: a key whose default is an integer takes an integer, a float default takes
-any number, and so on. Only the keys whose default cannot tell (null defaults, keys that take two
-kinds of value) are listed in `KINDS_BEYOND_DEFAULT`.
+any number, and so on; the keys whose default cannot tell, and the ranges, are core/config/schema.py's.
 """
 
 from __future__ import annotations
@@ -25,13 +24,7 @@ from core.algos.kl import KL_ESTIMATORS
 from core.algos.policy_loss import POLICY_LOSSES
 from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
 from core.config import CONFIG_DIR, MISSING, ConfigError, lookup
-from core.config.schedule_checks import (
-    check_max_staleness,
-    check_placement,
-    check_rollout_log_probs,
-    check_schedule,
-    check_stream_groups,
-)
+from core.config.schema import KINDS, KINDS_BEYOND_DEFAULT, RANGE_TESTS, RANGES
 from core.data.dataset import TRUNCATION_MODES
 from core.models.loading import VALUE_HEAD_INITS
 from core.models.lora import LoraSpec, check_targets
@@ -42,6 +35,13 @@ from core.rollout.multi_turn.actions import FORMATS as ACTION_FORMATS
 from core.rollout.multi_turn.settings import check_multi_turn
 from core.tracking.tracker import backend_names
 from core.trainer.schedule import SCHEDULES
+from core.trainer.schedule_checks import (
+    check_max_staleness,
+    check_placement,
+    check_rollout_log_probs,
+    check_schedule,
+    check_stream_groups,
+)
 
 ROLLOUT_PACKAGES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # backend -> the package it needs
 CONTROLLER_PACKAGES = {"local": None, "ray": "ray"}
@@ -50,69 +50,6 @@ PLACEMENTS = ("colocated", "disaggregated")  # trainer.placement: where the roll
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk", "gpg")
 CRITIC_ESTIMATORS = ("gae",)  # advantages that need PPO's value model
 CORRECTED_LOSSES = ("vanilla", "ppo_clip")  # losses that take the off-policy correction's token_weights
-
-KINDS = {  # kind -> (how an error names it, the test)
-    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "number": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "str": ("a string", lambda v: isinstance(v, str)),
-    "list": ("a list", lambda v: isinstance(v, list)),
-    "dict": ("a mapping", lambda v: isinstance(v, dict)),
-    "null": ("null", lambda v: v is None),
-}
-KINDS_BEYOND_DEFAULT = {
-    "model.gguf_file": ("str", "null"),
-    "critic.model_path": ("str", "null"),
-    "tracking.uri": ("str", "null"),
-    "reward.custom_function.path": ("str", "null"),
-    "trainer.resume": ("str", "null"),  # disable | auto | a checkpoint path
-    "data.val_max_samples": ("int", "null"),  # null = all
-    "actor.micro_batch_tokens": ("int", "null"),
-    "actor.checkpoint_layers": ("int", "null"),  # null = every layer
-    "rollout.max_model_len": ("int", "null"),
-    "data.train_files": ("str", "list"),  # one file or a list of them
-    "data.val_files": ("str", "list"),
-    "tracking.backends": ("str", "list"),  # a bare name is a one-element list
-    "actor.remove_padding": ("str", "bool"),  # auto | true | false
-    "actor.compile_layers": ("str", "bool"),
-    "actor.lora.rank": ("int", "null"),  # null = off
-    "actor.lora.target_modules": ("str", "list"),  # all-linear or module names
-    "trainer.stream_groups": ("int", "null"),  # null = whole batches
-    "trainer.max_staleness": ("int", "null"),  # null = async's default bound
-    "trainer.save_batch_step": ("int", "null"),  # null = never
-    "rollout.multi_turn.env": ("str", "null"),  # null = function tools
-}
-RANGES = {  # key -> the valid range, as the error states it
-    **dict.fromkeys([
-        "data.train_batch_size", "data.max_prompt_length", "data.max_response_length", "data.val_max_samples",
-        "rollout.n", "rollout.val_n", "rollout.tensor_model_parallel_size", "rollout.max_model_len",
-        "actor.ppo_mini_batch_size", "actor.ppo_epochs", "actor.micro_batch_size", "actor.micro_batch_tokens",
-        "actor.checkpoint_layers",
-        "actor.logprob_chunk_tokens", "actor.tensor_parallel_size", "critic.ppo_epochs", "critic.micro_batch_size",
-        "reward.num_workers", "trainer.total_steps",
-        "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers",
-        "trainer.partial_rollout_chunk", "trainer.stream_groups", "trainer.save_batch_step",
-        "rollout.multi_turn.max_turns", "rollout.multi_turn.max_tool_response_chars",
-        "rollout.multi_turn.max_concurrent_tools"], "≥ 1"),
-    **dict.fromkeys([  # 0 means off, all, or the library's default
-        "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
-        "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
-        "actor.kl_loss_coef", "actor.kl_cov_coef", "critic.warmup_steps", "critic.weight_decay",
-        "critic.cliprange_value", "algorithm.kl_coef", "algorithm.rollout_correction.mask_low",
-        "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
-        "trainer.max_ckpt_to_keep", "trainer.critic_warmup", "trainer.num_threads", "trainer.seed",
-        "trainer.max_bad_steps", "algorithm.filter_groups.max_num_gen_batches"], "≥ 0"),
-    **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "actor.lora.alpha", "rollout.weight_bucket_mb",
-                     "algorithm.rollout_correction.tis_cap", "algorithm.rollout_correction.mask_high"], "> 0"),
-    "actor.lora.dropout": "in [0, 1)",
-    **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization"], "in (0, 1]"),
-    **dict.fromkeys(["algorithm.gamma", "algorithm.lam", "reward.max_error_frac"], "in [0, 1]"),
-    **dict.fromkeys(["actor.clip_cov_ratio", "actor.kl_cov_ratio"], "in (0, 1)"),
-}
-RANGE_TESTS = {"≥ 1": lambda v: v >= 1, "≥ 0": lambda v: v >= 0, "> 0": lambda v: v > 0,
-               "in (0, 1]": lambda v: 0 < v <= 1, "in [0, 1]": lambda v: 0 <= v <= 1, "in [0, 1)": lambda v: 0 <= v < 1,
-               "in (0, 1)": lambda v: 0 < v < 1}
-
 
 def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     """Raise `ConfigError` at the first problem; return the resolved config as plain data.

@@ -10,6 +10,9 @@ This is exact only for templates that render an earlier turn the same way whatev
 renders the last assistant message with an empty `<think>` block that earlier ones lose, and drops past reasoning
 after a new user query. `check_template_keeps_turns` tries a three-turn conversation before any engine starts and
 refuses such a template with one line.
+
+It sits with the data, below the models and the rollout, because both lay episodes out with it: the multi-turn
+rollout (core/rollout/multi_turn/) and the tool warm start's SFT (core/models/tool_warmstart.py).
 """
 
 from __future__ import annotations

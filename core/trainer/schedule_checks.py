@@ -1,6 +1,6 @@
 """The cross-field rules of the schedules off the synchronous path (one_step_off, async, partial rollouts,
 streamed groups), of what reads the engine's log-probs, and of rollout engines placed in workers of their own:
-part of core/config/validate.py's one check before anything starts, each failure one `ConfigError` line."""
+part of config_checks.py's one check before anything starts, each failure one `ConfigError` line."""
 
 from __future__ import annotations
 
