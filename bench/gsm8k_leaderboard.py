@@ -38,7 +38,7 @@ rows <recipe>-lora<R>, so they sit beside the full-weight rows of the same recip
 
 --schedule sync one_step_off async (issue 38, "schedules at equal cost") trains every recipe × seed under each
 schedule (trainer.schedule), in rows named <recipe>-<schedule>[-s<K>][-partial][-disagg<R>+<T>][-<correction>]
-(core/tracking/schedules.py); sync rows keep the plain recipe name, the on-policy baseline the others are measured
+(core/leaderboard/schedules.py); sync rows keep the plain recipe name, the on-policy baseline the others are measured
 against, so existing tables read as before. --rollout-correction none tis makes each off-policy schedule's rows
 with and without that correction (algorithm.rollout_correction.mode). Colocated schedules run like any job, on one
 GPU; --placement disaggregated --gpus-per-job N runs the off-policy rows under Ray (a local cluster per job) with
@@ -89,9 +89,9 @@ from bench.leaderboard_schedules import (  # noqa: E402
 from bench.leaderboard_step_zero import step_0_from_pretrained  # noqa: E402
 from bench.leaderboard_suites import SUITES, Suite  # noqa: E402
 from bench.tiny_baselines import VARIANTS  # noqa: E402
-from core.tracking.recipe_readmes import lora_row  # noqa: E402
-from core.tracking.run_export import MODEL_SHA_TAG  # noqa: E402
-from core.tracking.schedules import RunSchedule  # noqa: E402
+from core.leaderboard.export import MODEL_SHA_TAG  # noqa: E402
+from core.leaderboard.recipe_readmes import lora_row  # noqa: E402
+from core.leaderboard.schedules import RunSchedule  # noqa: E402
 
 LOG_TAIL_LINES = 40
 GRACE_S, EXPORT_S = 40, 20  # with --time-limit-s: a job's overrun before it is stopped; the final export

@@ -19,10 +19,8 @@ from pathlib import Path
 
 from bench.leaderboard_suites import SUITES
 from bench.results_page import table_header
-from core.tracking.console import format_duration
-from core.tracking.leaderboard import build_leaderboard, write_leaderboard
-from core.tracking.mlflow_tracker import package_versions
-from core.tracking.run_export import (
+from core.leaderboard.board import build_leaderboard, write_leaderboard
+from core.leaderboard.export import (
     AFTER_EVAL_TAG,
     DEVICE_TAG,
     EVAL_STAGE_TAG,
@@ -35,6 +33,8 @@ from core.tracking.run_export import (
     merge_exports,
     save_export,
 )
+from core.tracking.console import format_duration
+from core.tracking.mlflow_tracker import package_versions
 
 EXPERIMENT = SUITES["gsm8k"].experiment
 SUMMARY_KEYS = ("run_id", "steps", "stopped", "step_s", "steady_step_s", "setup_s", "train_s", "eval_s")

@@ -30,7 +30,7 @@ from core.cli import load_trainer_class  # noqa: E402
 from core.cli import main as recipezoo  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.eval.generate import GenerationSpec, generate_responses  # noqa: E402
-from core.tracking.run_export import (  # noqa: E402
+from core.leaderboard.export import (  # noqa: E402
     AFTER_EVAL_TAG,
     MODEL_SHA_TAG,  # noqa: E402
     SAMPLED_TOKENS_KEY,

@@ -131,8 +131,8 @@ def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
 
 def leaderboard(args: argparse.Namespace) -> int:
     """MLflow (or a committed export) -> results/leaderboard.{md,csv,json} and curves_*.png."""
-    from core.tracking.leaderboard import write_leaderboard
-    from core.tracking.run_export import (
+    from core.leaderboard.board import write_leaderboard
+    from core.leaderboard.export import (
         LeaderboardError,
         add_runs,
         export_stores,

@@ -28,9 +28,9 @@ from core.cli import main as cli_main
 from core.config import load_config
 from core.data.dataset import read_rows, write_rows
 from core.eval.generate import GenerationSpec, generate_responses
+from core.leaderboard.export import TRAIN_REWARD_KEY, load_export, save_export
 from core.models import fetch
 from core.rollout.base import RolloutBackend, assemble_rollout, response_mask_from_ids
-from core.tracking.run_export import TRAIN_REWARD_KEY, load_export, save_export
 from tests.helpers_tokenizer import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from core.tracking.before_after import build_before_after, render_before_after, training_reward
-from core.tracking.leaderboard import build_leaderboard, render_json, render_markdown, write_leaderboard
-from core.tracking.recipe_readmes import BLOCK, TINY_BLOCK, render_block, render_tiny_block, update_recipe_readmes
-from core.tracking.run_export import LeaderboardError, load_export, merge_exports
-from core.tracking.seed_stats import SeedStats, t_quantile_95
+from core.leaderboard.before_after import build_before_after, render_before_after, training_reward
+from core.leaderboard.board import build_leaderboard, render_json, render_markdown, write_leaderboard
+from core.leaderboard.export import LeaderboardError, load_export, merge_exports
+from core.leaderboard.recipe_readmes import BLOCK, TINY_BLOCK, render_block, render_tiny_block, update_recipe_readmes
+from core.leaderboard.seed_stats import SeedStats, t_quantile_95
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "pypi://SmolLM2-135M-Instruct"
@@ -197,7 +197,7 @@ def test_tagged_eval_runs_in_a_file_store_make_the_section(tmp_path, monkeypatch
     from mlflow.entities import Metric, Param
 
     from core.cli import main as cli_main
-    from core.tracking.run_export import export_runs
+    from core.leaderboard.export import export_runs
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
@@ -343,7 +343,7 @@ def test_committed_gsm8k_export_makes_the_section_and_its_plot():
 def test_each_pretrained_model_gets_its_own_curves():
     from types import SimpleNamespace
 
-    from core.tracking.leaderboard import pretrained_plots
+    from core.leaderboard.board import pretrained_plots
     one = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct")])
     assert pretrained_plots(one) == {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}
     two = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct"),

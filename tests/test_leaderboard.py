@@ -10,8 +10,8 @@ import pytest
 from mlflow.entities import Metric, Param
 
 from core.cli import main
-from core.tracking.leaderboard import build_leaderboard, write_leaderboard
-from core.tracking.run_export import LeaderboardError, export_runs, load_export, save_export, steady_seconds
+from core.leaderboard.board import build_leaderboard, write_leaderboard
+from core.leaderboard.export import LeaderboardError, export_runs, load_export, save_export, steady_seconds
 
 PROTOCOL = {
     "data.val_files": "embedded://arithmetic", "data.val_max_samples": "256", "rollout.val_n": "1",

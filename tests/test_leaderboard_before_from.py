@@ -9,7 +9,7 @@ import pytest
 
 from bench.gsm8k_report import merge_outputs
 from bench.leaderboard_suites import SUITES
-from core.tracking.run_export import load_export, save_export
+from core.leaderboard.export import load_export, save_export
 
 REPO = Path(__file__).resolve().parent.parent
 LONG = REPO / "results/reasoning_gym_open_160/reasoning_gym_open"

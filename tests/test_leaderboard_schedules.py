@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import pytest
 
 from core.config import load_config
-from core.tracking.leaderboard import build_leaderboard, render_json
-from core.tracking.run_export import export_runs, load_export
-from core.tracking.schedules import RunSchedule, schedule_lines, schedule_rows, write_schedule_plots
+from core.leaderboard.board import build_leaderboard, render_json
+from core.leaderboard.export import export_runs, load_export
+from core.leaderboard.schedules import RunSchedule, schedule_lines, schedule_rows, write_schedule_plots
 from tests.test_gsm8k_leaderboard import evals_of, train_run
 
 REPO = Path(__file__).resolve().parent.parent

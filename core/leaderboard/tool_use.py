@@ -12,15 +12,15 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from core.tracking.before_after import _md, _round, before_after_cell
-from core.tracking.run_export import TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY
-from core.tracking.seed_stats import SeedStats
+from core.leaderboard.before_after import _md, _round, before_after_cell
+from core.leaderboard.export import TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY
+from core.leaderboard.seed_stats import SeedStats
 
 
 @dataclass(frozen=True)
 class ToolUseSection:
     columns: list[tuple[str, str]]  # (metric key, column title): the task accuracies, then the tool figures
-    rows: list                      # core.tracking.leaderboard.Row, in the tiny-task table's order
+    rows: list                      # core.leaderboard.board.Row, in the tiny-task table's order
 
 
 def build_tool_use(rows: list, tasks: list[str]) -> ToolUseSection | None:

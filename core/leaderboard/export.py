@@ -45,7 +45,7 @@ EXPORTED_PARAMS = (
     "rollout.val_temperature",
     "trainer.seed",
     "trainer.total_steps",
-    # How the rollouts were scheduled (core/tracking/schedules.py reads a row's schedule from them).
+    # How the rollouts were scheduled (core/leaderboard/schedules.py reads a row's schedule from them).
     "algorithm.rollout_correction.mode",
     "trainer.max_staleness",
     "trainer.n_gpus_per_node",
@@ -61,7 +61,7 @@ EVAL_MODEL_TAG = "eval_model"        # the pretrained model evaluated (before) o
 EVAL_RECIPE_TAG = "eval_recipe"      # after: the recipe that trained the policy
 EVAL_TRAIN_RUN_TAG = "eval_train_run"  # after: the MLflow run id of that training run
 TRAIN_REWARD_KEY = "critic/score/mean"
-# Held-out figures of multi-turn runs whose curves the export keeps beside the accuracies (tool_use_section.py).
+# Held-out figures of multi-turn runs whose curves the export keeps beside the accuracies (tool_use.py).
 TOOL_CALL_RATE_KEY = "val/tool/call_rate"
 TOOL_TURNS_KEY = "val/multi_turn/num_turns/mean"
 # DAPO's dynamic sampling per step (recipes/dapo/trainer.py): kept, to show when its informative groups run out.

@@ -18,8 +18,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from core.tracking.before_after import BeforeAfter, _md, before_after_cell, row_costs, steps_text
-from core.tracking.tool_use_section import ToolUseSection, tool_use_table, validation_interval
+from core.leaderboard.before_after import BeforeAfter, _md, before_after_cell, row_costs, steps_text
+from core.leaderboard.tool_use import ToolUseSection, tool_use_table, validation_interval
 
 BLOCK = re.compile(r"(<!-- BEGIN gsm8k-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                    r"(<!-- END gsm8k-leaderboard -->)", re.S)
@@ -88,7 +88,7 @@ def budget_flags(rows) -> str:
 
 
 def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: str) -> str:
-    """The named recipes' rows of the tiny-task table (`core.tracking.leaderboard.Row`s) and their rerun command."""
+    """The named recipes' rows of the tiny-task table (`core.leaderboard.board.Row`s) and their rerun command."""
     rows = [row for row in rows if row.recipe in recipes]
     if not rows or not tasks:
         return (f"No tiny-task runs of {', '.join(f'`{r}`' for r in recipes)} in the committed export yet; "

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError, per_model_paths
-from core.tracking.seed_stats import WALL_CLOCK, SeedStats, plot_seed_curves
-from core.tracking.suite_rank import SUITE_MEAN, suite_columns, suite_stats
+from core.leaderboard.export import TRAIN_REWARD_KEY, LeaderboardError, per_model_paths
+from core.leaderboard.seed_stats import WALL_CLOCK, SeedStats, plot_seed_curves
+from core.leaderboard.suite_rank import SUITE_MEAN, suite_columns, suite_stats
 
 SYNC, NO_CORRECTION, COLOCATED = "sync", "none", "colocated"
 CLAIMED_SPEEDUP = 1.6  # issue 38: "same accuracy within the seeds' 95% interval, at ≥ 1.6× less wall-clock than sync"

@@ -1,6 +1,6 @@
 """The leaderboard (DESIGN §8): one row per recipe × model, one column per task, mean ± std over seeds.
 
-Built from a run export (run_export.py), never typed by hand. Each task column `val/<data_source>/acc`
+Built from a run export (export.py), never typed by hand. Each task column `val/<data_source>/acc`
 has one fixed evaluation protocol (dataset, split, samples, temperature, top-p, grader), read from
 the runs' params and printed above the table. Runs of one column evaluated differently are never
 averaged together: building raises and names them (delete the odd runs, or re-evaluate them).
@@ -13,7 +13,7 @@ Exports with `evals` add a section per pretrained model (before_after.py: before
 std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/ (one figure per model; a run that did not
 validate at step 0 starts at the pretrained model's evaluation, eval_columns.with_pretrained_start); the training runs
 it shows appear only there, not in the tiny-task table. Rows whose runs call tools get a before -> after
-section of their own too (tool_use_section.py). Written into the repository's own results/, the
+section of their own too (tool_use.py). Written into the repository's own results/, the
 leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
 `<!-- BEGIN tiny-leaderboard ...`); written anywhere under results/, those of its tool-use rows
 (`<!-- BEGIN tool-use-leaderboard ...`).
@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.reward.reasoning_gym import is_reasoning_gym
-from core.tracking.before_after import (
+from core.leaderboard.before_after import (
     BeforeAfter,
     _md,
     _round,
@@ -40,10 +39,8 @@ from core.tracking.before_after import (
     format_tokens,
     render_before_after,
 )
-from core.tracking.console import format_duration
-from core.tracking.eval_columns import GSM8K_STRICT, param_number, with_pretrained_start
-from core.tracking.recipe_readmes import update_recipe_readmes, update_tool_use_readmes
-from core.tracking.run_export import (
+from core.leaderboard.eval_columns import GSM8K_STRICT, param_number, with_pretrained_start
+from core.leaderboard.export import (
     AFTER_EVAL_TAG,
     TOOL_CALL_RATE_KEY,
     TRAIN_REWARD_KEY,
@@ -52,10 +49,13 @@ from core.tracking.run_export import (
     is_task_acc_key,
     per_model_paths,
 )
-from core.tracking.schedules import write_schedule_plots
-from core.tracking.seed_stats import SeedStats, plot_seed_curves
-from core.tracking.suite_rank import SUITE_CURVE_KEY, with_suite_history
-from core.tracking.tool_use_section import ToolUseSection, build_tool_use, render_tool_use, tool_use_records
+from core.leaderboard.recipe_readmes import update_recipe_readmes, update_tool_use_readmes
+from core.leaderboard.schedules import write_schedule_plots
+from core.leaderboard.seed_stats import SeedStats, plot_seed_curves
+from core.leaderboard.suite_rank import SUITE_CURVE_KEY, with_suite_history
+from core.leaderboard.tool_use import ToolUseSection, build_tool_use, render_tool_use, tool_use_records
+from core.reward.reasoning_gym import is_reasoning_gym
+from core.tracking.console import format_duration
 
 # data_source -> how its accuracy is graded (core/reward/manager.py's scorers; GSM8K is verl-compatible).
 GRADERS = {"arithmetic": GSM8K_STRICT, "calculator": GSM8K_STRICT, "gsm8k": GSM8K_STRICT,

@@ -16,20 +16,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.reward.reasoning_gym import is_reasoning_gym, task_name
-from core.tracking.curve_flatness import flatness_lines
-from core.tracking.eval_columns import (
+from core.leaderboard.curve_flatness import flatness_lines
+from core.leaderboard.eval_columns import (
     EvalColumn,
     column_protocols,
     eval_columns,
     param_number,
     scored_sources,
 )
-from core.tracking.ranks_by_step import ranks_by_step_lines
-from core.tracking.run_export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
-from core.tracking.schedules import schedule_lines, schedule_plots, schedule_records
-from core.tracking.seed_stats import SeedStats
-from core.tracking.suite_rank import (
+from core.leaderboard.export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
+from core.leaderboard.ranks_by_step import ranks_by_step_lines
+from core.leaderboard.schedules import schedule_lines, schedule_plots, schedule_records
+from core.leaderboard.seed_stats import SeedStats
+from core.leaderboard.suite_rank import (
     SUITE_MEAN,
     check_comparable,
     evidence_lines,
@@ -40,6 +39,7 @@ from core.tracking.suite_rank import (
     suite_columns,
     suite_stats,
 )
+from core.reward.reasoning_gym import is_reasoning_gym, task_name
 
 # The budget every run of a section should share, stated above its table (config keys, as logged).
 BUDGET_KEYS = ("trainer.total_steps", "data.train_batch_size", "rollout.n", "data.max_response_length",
