@@ -32,8 +32,6 @@ from typing import Any
 
 from core.leaderboard.before_after import (
     BeforeAfter,
-    _md,
-    _round,
     before_after_records,
     build_before_after,
     format_tokens,
@@ -53,6 +51,7 @@ from core.leaderboard.recipe_readmes import update_recipe_readmes, update_tool_u
 from core.leaderboard.schedules import write_schedule_plots
 from core.leaderboard.seed_stats import SeedStats, plot_seed_curves
 from core.leaderboard.suite_rank import SUITE_CURVE_KEY, with_suite_history
+from core.leaderboard.tables import markdown_table, md_cell, round6, steps_text
 from core.leaderboard.tool_use import ToolUseSection, build_tool_use, render_tool_use, tool_use_records
 from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.console import format_duration
@@ -92,11 +91,9 @@ class Row:
     def seeds(self) -> int:
         return len(self.runs)
 
-    def steps_text(self, dash: str = "–") -> str:
-        steps = sorted({run["steps"] for run in self.runs if run["steps"] is not None})
-        if not steps:
-            return "?"
-        return str(steps[0]) if len(steps) == 1 else f"{steps[0]}{dash}{steps[-1]}"
+    @property
+    def steps(self) -> set[int]:
+        return {run["steps"] for run in self.runs if run["steps"] is not None}
 
     @property
     def wall_seconds(self) -> float | None:
@@ -265,20 +262,20 @@ def _render_main_table(board: Leaderboard) -> list[str]:
     ]
     for task in board.tasks:
         lines += ["", f"### {task} acc (`val/{task}/acc`)", "", "| protocol | value |", "|---|---|"]
-        lines += [f"| {key.replace('_', '-')} | {_md(board.protocols[task][key])} |" for key in PROTOCOL_KEYS]
+        lines += [f"| {key.replace('_', '-')} | {md_cell(board.protocols[task][key])} |" for key in PROTOCOL_KEYS]
     order = f", sorted by {board.tasks[0]} acc" if board.tasks else ""
     header = ["recipe", "model", *[f"{task} acc{suffix}" for task in board.tasks for suffix in ("", " at step 0")],
               "seeds", "steps", "wall time", "generated tokens"]
-    lines += ["", f"## Results{order}", "", "| " + " | ".join(header) + " |",
-              "|---|---|" + "---:|" * (len(header) - 2)]
+    table = []
     for row in board.rows:
         accuracies = [(row.cells[t].text() if t in row.cells else "—", _optional_acc(row.start_acc(t)))
                       for t in board.tasks]
         cells = [row.recipe, row.model, *[text for pair in accuracies for text in pair],
-                 str(row.seeds), row.steps_text(),
+                 str(row.seeds), steps_text(row.steps),
                  format_duration(row.wall_seconds) if row.wall_seconds is not None else "?",
                  format_tokens(row.generated_tokens)]
-        lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
+        table.append(cells)
+    lines += ["", f"## Results{order}", "", *markdown_table(header, "ll" + "r" * (len(header) - 2), table)]
     curves = "held-out accuracy, tool-call rate" if board.tool_use is not None else "held-out accuracy"
     for task in board.tasks:
         lines += ["", f"![{task}: {curves} and training reward vs step]({plot_name(task)})"]
@@ -292,12 +289,12 @@ def board_records(board: Leaderboard) -> list[dict]:
         record: dict[str, Any] = {"recipe": row.recipe, "model": row.model}
         for task in board.tasks:
             cell = row.cells.get(task)
-            record[f"{task}/acc_mean"] = _round(cell.mean) if cell else None
-            record[f"{task}/acc_std"] = _round(cell.std) if cell else None
+            record[f"{task}/acc_mean"] = round6(cell.mean) if cell else None
+            record[f"{task}/acc_std"] = round6(cell.std) if cell else None
             record[f"{task}/acc_n"] = cell.n if cell else 0
-            record[f"{task}/acc_step0_mean"] = _round(row.start_acc(task))
-        record.update(seeds=row.seeds, steps=row.steps_text("-"), wall_seconds=_round(row.wall_seconds),
-                      generated_tokens=_round(row.generated_tokens),
+            record[f"{task}/acc_step0_mean"] = round6(row.start_acc(task))
+        record.update(seeds=row.seeds, steps=steps_text(row.steps, "-"), wall_seconds=round6(row.wall_seconds),
+                      generated_tokens=round6(row.generated_tokens),
                       run_ids=" ".join(run["run_id"] for run in row.runs))
         records.append(record)
     return records

@@ -15,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from core.leaderboard.tables import markdown_table, steps_text
+
 REPO = Path(__file__).resolve().parents[2]
 # (its folder, what it is): the table that ranks first (three groups, the largest gain), then the shorter budget, the
 # stronger model on that suite and on its own, then the one with every recipe.
@@ -25,6 +27,7 @@ TABLES = [("results/reasoning_gym_open_80/reasoning_gym_open", "The open-answer 
           ("results/reasoning_gym", "The first suite, 16 steps, every recipe")]
 BLOCK = re.compile(r"(<!-- BEGIN leaderboard-snapshot -->\n)(?P<body>.*?)(<!-- END leaderboard-snapshot -->)", re.S)
 SUITE, GSM8K = "suite mean", "openai/gsm8k mean@1 (strict)"
+SNAPSHOT_HEADER = ["recipe", "rank", "reasoning-gym suite mean", "GSM8K strict", "seeds", "steps"]
 
 
 def before_after(before: float | None, after: dict) -> str:
@@ -32,10 +35,6 @@ def before_after(before: float | None, after: dict) -> str:
     start = "—" if before is None else f"{before:.3f}"
     spread = "n/a" if after["std"] is None else f"{after['std']:.3f}"
     return f"{start} → {after['mean']:.3f} ± {spread}"
-
-
-def steps_text(steps: list[int]) -> str:
-    return str(steps[0]) if min(steps) == max(steps) else f"{min(steps)}–{max(steps)}"
 
 
 def render_table(board: dict, folder: str, title: str) -> list[str]:
@@ -46,11 +45,10 @@ def render_table(board: dict, folder: str, title: str) -> list[str]:
              f"[{folder}/leaderboard.md]({folder}/leaderboard.md))"]
     for model in sorted({row["model"] for row in section["rows"]}, key=str.lower, reverse=True):
         before = section["before"].get(model, {})
-        lines += ["", f"`{model}`:", "", "| recipe | rank | reasoning-gym suite mean | GSM8K strict | seeds | steps |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        lines += [f"| {row['recipe']} | {row['rank'] or '—'} | {before_after(before.get(SUITE), row[SUITE])} | "
-                  f"{before_after(before.get(GSM8K), row[GSM8K])} | {row['seeds']} | {steps_text(row['steps'])} |"
-                  for row in section["rows"] if row["model"] == model]
+        table = [[row["recipe"], row["rank"] or "—", before_after(before.get(SUITE), row[SUITE]),
+                  before_after(before.get(GSM8K), row[GSM8K]), row["seeds"], steps_text(row["steps"])]
+                 for row in section["rows"] if row["model"] == model]
+        lines += ["", f"`{model}`:", "", *markdown_table(SNAPSHOT_HEADER, "lrrrrr", table)]
     return lines
 
 
