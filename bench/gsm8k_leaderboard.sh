@@ -8,10 +8,10 @@
 # Offline: the model converted once into $RECIPEZOO_CACHE (`recipezoo fetch-model SmolLM2-135M-Instruct --from
 # FILE`) and the data made from local files (`recipezoo data gsm8k --out data/gsm8k --local path/to/train.jsonl`,
 # or --local-data DIR with gsm8k/{train,test}.jsonl, math500/test.jsonl, aime24/test.jsonl).
-# Then commit the results: python bench/gsm8k_leaderboard.py --merge outputs/gsm8k_leaderboard
+# Then commit the results: python bench/leaderboard/driver.py --merge outputs/gsm8k_leaderboard
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # A file store (no SQLAlchemy needed); vLLM's own sampler, as in the other GPU suites (no FlashInfer JIT).
 export MLFLOW_ALLOW_FILE_STORE=true PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false VLLM_USE_FLASHINFER_SAMPLER=0
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec "${PYTHON:-python3}" bench/gsm8k_leaderboard.py "$@"
+exec "${PYTHON:-python3}" bench/leaderboard/driver.py "$@"

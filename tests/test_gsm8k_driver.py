@@ -2,10 +2,10 @@
 
 - `recipezoo fetch-model NAME --from FILE`: the offline path to the model, its sha256 checked;
 - `generate_responses(..., rollout=, tokenizer=)`: evaluation on an engine built elsewhere (the trainer's);
-- bench/gsm8k_leaderboard.py: the jobs, each variant's config under the shared budget, GPU time shares;
+- bench/leaderboard/driver.py: the jobs, each variant's config under the shared budget, GPU time shares;
 - the whole driver on the tiny model with the HF rollout (test_driver_end_to_end_on_cpu).
 Which queued jobs the driver's time limit starts is in tests/test_leaderboard_time_budget.py; one job
-(bench/gsm8k_run.py) in tests/test_gsm8k_run.py.
+(bench/leaderboard/job.py) in tests/test_gsm8k_run.py.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from tests.helpers_tokenizer import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from bench import gsm8k_leaderboard as driver  # noqa: E402
-from bench import gsm8k_report as report  # noqa: E402
-from bench import gsm8k_run as worker  # noqa: E402
+from bench.leaderboard import bookkeeping as report  # noqa: E402
+from bench.leaderboard import driver  # noqa: E402
+from bench.leaderboard import job as worker  # noqa: E402
 
 NAME = "SmolLM2-135M-Instruct"
 
@@ -131,7 +131,7 @@ def test_generate_responses_uses_a_given_engine_and_labels_the_policy(tmp_path):
 
 
 
-# ---- bench/gsm8k_leaderboard.py: jobs, configs, GPU time ------------------------------------------------------
+# ---- bench/leaderboard/driver.py: jobs, configs, GPU time ------------------------------------------------------
 
 def test_jobs_from_recipes_seeds_or_pairs():
     jobs = driver.wanted_jobs(driver.parse_args(["--only", "grpo:0", "ppo:2", "--eval-before"]))
@@ -193,7 +193,7 @@ def test_jobs_leave_step_0_to_the_pretrained_evaluation_only_where_it_is_the_sam
     model's evaluation is what a job would validate at step 0, so training jobs skip it. Not without that evaluation,
     with fewer problems or another token limit validated, and not for GSM8K at its defaults (512 tokens evaluated,
     384 validated)."""
-    from bench.leaderboard_suites import SUITES
+    from bench.leaderboard.suites import SUITES
 
     write_rows([{"data_source": "reasoning_gym/gcd"}] * 700, tmp_path / SUITES[suite].val_file)
 
@@ -428,7 +428,7 @@ def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
 
 
 def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
-    from bench.gsm8k_report import crash_reason, steps_made, with_crash_reasons
+    from bench.leaderboard.bookkeeping import crash_reason, steps_made, with_crash_reasons
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "dapo-seed2.log").write_text(

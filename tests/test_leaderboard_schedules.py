@@ -27,7 +27,7 @@ from tests.test_gsm8k_leaderboard import evals_of, train_run
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import gsm8k_leaderboard as driver  # noqa: E402
+from bench.leaderboard import driver  # noqa: E402
 
 
 def test_schedule_rows_are_named_and_get_their_schedule_keys(tmp_path):

@@ -68,13 +68,13 @@ TOOL_TURNS_KEY = "val/multi_turn/num_turns/mean"
 DYNAMIC_SAMPLING_KEYS = ("dapo/kept_group_ratio", "dapo/num_gen_batches")
 GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step, logged every step
 # Every response token the engine sampled for a step, including those not trained on (ReMax's greedy
-# baseline, DAPO's dropped groups); logged by bench/gsm8k_run.py.
+# baseline, DAPO's dropped groups); logged by bench/leaderboard/job.py.
 SAMPLED_TOKENS_KEY = "rollout/sampled_tokens"
 STAGE_TIME_PREFIX = "timing_s/"
 STEP_TIME_KEY = STAGE_TIME_PREFIX + "step"
 # |rollout engine's log-prob − trainer's| per token, one mean and one max per step (engines that return log-probs).
 LOGPROB_DIFF_PREFIX = "rollout/logprob_diff/"
-# Tags a benchmark driver sets on a training run (bench/gsm8k_leaderboard.py):
+# Tags a benchmark driver sets on a training run (bench/leaderboard/driver.py):
 STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps, e.g. "time: after step 17 of 25"
 GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when runs share GPUs
 GPU_SHARE_TAG = "gpu_share"         # the most processes that shared the run's GPU at once

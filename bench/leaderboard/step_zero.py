@@ -1,11 +1,11 @@
 """Whether a leaderboard job's step-0 validation would repeat the pretrained model's evaluation
-(bench/gsm8k_leaderboard.py passes trainer.val_before_train=false to its jobs where it would)."""
+(bench/leaderboard/driver.py passes trainer.val_before_train=false to its jobs where it would)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.leaderboard_suites import Suite
+from bench.leaderboard.suites import Suite
 from bench.tiny_baselines import VARIANTS
 
 
