@@ -1,4 +1,4 @@
-"""What bench/gsm8k_leaderboard.sh relies on, checked fast on CPU, and the driver end to end (slow):
+"""What recipezoo leaderboard run relies on, checked fast on CPU, and the driver end to end (slow):
 
 - `recipezoo fetch-model NAME --from FILE`: the offline path to the model, its sha256 checked;
 - `generate_responses(..., rollout=, tokenizer=)`: evaluation on an engine built elsewhere (the trainer's);
@@ -243,13 +243,13 @@ def test_the_readme_says_which_runs_of_each_invocation_count():
     def job(name, status, run_id):
         return {"name": name, "status": status, "run_id": run_id, "gpu": "0"}
     def record(started, jobs, counted=True):
-        return {"started": started, "command": "bash bench/gsm8k_leaderboard.sh", "devices": {"0": "H200"}, "model": "m",
+        return {"started": started, "command": "recipezoo leaderboard run", "devices": {"0": "H200"}, "model": "m",
                 "runs_per_gpu": 1, "wall_s": 60, "jobs": jobs, "counted": counted}
     invocations = [record("day 1", [job("ppo-seed0", "done", "old"), job("grpo-seed0", "done", "g0"),
                                     job("rloo-seed0", "crashed", "r0"), job("dapo-seed0", "skipped", None)]),
                    record("day 2", [job("grpo-seed1", "stopped", "t1")], counted=False),
                    record("day 3", [job("ppo-seed0", "done", "new")])]
-    text = report.render_readme(invocations, {"g0", "new"}, "recipezoo leaderboard --from-export runs.json --out .")
+    text = report.render_readme(invocations, {"g0", "new"}, "recipezoo leaderboard report --from-export runs.json --out .")
     rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[1]
             for line in text.splitlines() if line.startswith("| day")}
     assert rows == {"day 1": "1 of 3", "day 2": "timings only", "day 3": "1 of 1"}
@@ -353,7 +353,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     --merge then writes results/gsm8k_leaderboard/ and the leaderboard. 24 s on an idle 2-core machine (most of
     it three processes importing torch and transformers); minutes when other work shares the cores."""
     out = tmp_path / "out"
-    command = ["bash", str(REPO / "bench" / "gsm8k_leaderboard.sh"), "--model", random_model_dir,
+    command = [sys.executable, "-m", "core.cli", "leaderboard", "run", "--model", random_model_dir,
                "--data-dir", str(tiny_benchmarks(tmp_path / "data")), "--out", str(out), "--gpus", "cpu",
                "--runs-per-gpu", "2", "--recipes", "grpo", "--seeds", "0", "--eval-before", "--steps", "2",
                "--prompts", "4", "--n", "2", "--mini-batch", "2", "--max-response", "16", "--max-prompt", "64",
@@ -395,7 +395,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     assert [entry["run_id"] for entry in load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"]] == [
         run["run_id"]]
     readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
-    assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
+    assert "`recipezoo leaderboard run --model" in readme and "| grpo-seed0 |" in readme
     assert readme.count("| 6 |") == 1 and "| `another` |" in readme
     assert "| timings only |" in readme and "| 1 of 1 |" in readme
     # the regenerating command names the --results it was merged into, not results/

@@ -262,7 +262,7 @@ def test_readme_blocks_are_rewritten_between_their_markers(export, tmp_path):
     text = readme.read_text()
     assert text.startswith("# GRPO\n\nhand-written\n\n") and text.endswith("<!-- END gsm8k-leaderboard -->\n\nafter\n")
     assert "| grpo | 3 | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ |" in text and "| dapo |" not in text
-    assert ("Rerun: `bash bench/gsm8k_leaderboard.sh --recipes grpo drgrpo --steps 25 --prompts 64 --n 8 "
+    assert ("Rerun: `recipezoo leaderboard run --recipes grpo drgrpo --steps 25 --prompts 64 --n 8 "
             "--max-response 384 --lr 1e-05 --temperature 0.7 --format-score 0.1 --eval-before`") in text
     assert update_recipe_readmes(section, tmp_path, "results/gsm8k_leaderboard/runs.json") == []  # unchanged
     assert render_block(None, ["ppo"], "x").startswith("No runs of `ppo` from a pretrained model on GSM8K")
@@ -277,7 +277,7 @@ def test_an_export_merged_twice_counts_each_run_once(export):
 
 
 def test_a_lora_block_reruns_with_the_driver_s_lora_flag():
-    assert "`bash bench/gsm8k_leaderboard.sh --recipes grpo rloo --lora-rank 16 --eval-before`" in render_block(
+    assert "`recipezoo leaderboard run --recipes grpo rloo --lora-rank 16 --eval-before`" in render_block(
         None, ["grpo-lora16", "rloo-lora16"], "x")
     for mixed in (["grpo", "grpo-lora16"], ["grpo-lora8", "grpo-lora16"]):
         with pytest.raises(ValueError, match="LoRA rows of one rank, or full-weight rows only"):
@@ -330,7 +330,7 @@ def test_tiny_block_shows_mean_std_start_and_the_rerun():
 def test_committed_gsm8k_export_makes_the_section_and_its_plot():
     export_path = REPO / "results" / "gsm8k_leaderboard" / "runs.json"
     if not export_path.exists():
-        pytest.skip("results/gsm8k_leaderboard/runs.json is not committed yet (bench/gsm8k_leaderboard.sh makes it)")
+        pytest.skip("results/gsm8k_leaderboard/runs.json is not committed yet (recipezoo leaderboard run makes it)")
     section, sources = committed_section()
     assert "results/gsm8k_leaderboard/runs.json" in sources and section is not None
     # The pretrained model's figures head the section; trained recipes join it as their runs are committed

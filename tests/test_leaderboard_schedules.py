@@ -198,7 +198,7 @@ def test_one_step_off_through_the_driver_on_cpu(tmp_path, random_model_dir):
     from tests.test_gsm8k_driver import tiny_benchmarks
 
     out = tmp_path / "out"
-    command = ["bash", str(REPO / "bench" / "gsm8k_leaderboard.sh"), "--model", random_model_dir,
+    command = [sys.executable, "-m", "core.cli", "leaderboard", "run", "--model", random_model_dir,
                "--data-dir", str(tiny_benchmarks(tmp_path / "data")), "--out", str(out), "--gpus", "cpu",
                "--recipes", "grpo", "--seeds", "0", "--schedule", "one_step_off", "--steps", "2", "--prompts", "2",
                "--n", "2", "--mini-batch", "2", "--max-response", "8", "--max-prompt", "64", "--val-samples", "2",

@@ -2,12 +2,12 @@
 
 On one machine's GPUs, into one MLflow file store, a run export and a leaderboard:
 
-    bash bench/gsm8k_leaderboard.sh [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
+    recipezoo leaderboard run [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
         [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 2] [--steps 25] [--time-limit-s 540]
         [--min-job-s 400]
         [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
         [--lora-rank 16] [-- <config overrides for every run>]
-    python bench/leaderboard/driver.py --merge DIR [DIR ...] [--timing-only DIR ...] [--before-from RUNS_JSON]
+    recipezoo leaderboard merge DIR [DIR ...] [--timing-only DIR ...] [--before-from RUNS_JSON]
         # -> results/gsm8k_leaderboard/ and results/leaderboard.md
 
 Each job is a process (bench/leaderboard/job.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu (K) at once
@@ -118,7 +118,7 @@ class Job:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     formatter = type("Formatter", (argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter), {})
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser = argparse.ArgumentParser(prog="recipezoo leaderboard run", description=__doc__, formatter_class=formatter)
     parser.add_argument("--suite", default="gsm8k", choices=sorted(SUITES), help="the tasks trained and evaluated "
                         "on (bench/leaderboard/suites.py)")
     parser.add_argument("--recipes", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -488,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{stamp()}] {warning}", flush=True)
     run_jobs(jobs, args, out, uri, gpus, command_of, deadline, devices)
     return finish_invocation(out, uri, suite.experiment, jobs, {
-        "command": " ".join(["bash bench/gsm8k_leaderboard.sh", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["recipezoo leaderboard run", *(argv if argv is not None else sys.argv[1:])]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "wall_s": None,
         "started_unix": started, "devices": devices, "runs_per_gpu": args.runs_per_gpu, "model": args.model,
         "model_path": model_path, "model_sha256": found_sha, "suite": args.suite, "eval_prompt_length": eval_len})

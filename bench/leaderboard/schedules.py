@@ -1,4 +1,4 @@
-"""The leaderboard driver's schedules (`bench/leaderboard/driver.py --schedule ...`): the flags, the schedules each
+"""The leaderboard driver's schedules (`recipezoo leaderboard run --schedule ...`): the flags, the schedules each
 recipe × seed trains under, their config keys, and the up-front refusal of a combination that cannot run.
 
 Rows are named `<recipe>-<schedule>[...]` beside the plain sync row (core/leaderboard/schedules.py names them), so a

@@ -5,7 +5,7 @@ The export keeps only what the leaderboard and its plots read: per FINISHED run 
 tag, its identity (recipe, model, seed), size (steps, wall time, generated tokens), the
 evaluation-protocol params, the final `val/*` metrics and short histories. Committed next to
 the table, it lets anyone regenerate the table without the store:
-`recipezoo leaderboard --from-export results/runs.json`.
+`recipezoo leaderboard report --from-export results/runs.json`.
 
 `recipezoo eval` runs tagged `eval_stage=before|after` (a model evaluated before RL, and each
 trained policy after) go to the export's `evals` list, which the leaderboard's before -> after
@@ -335,12 +335,12 @@ def save_export(data: dict, path: str | Path) -> Path:
 def load_export(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise LeaderboardError(f"export {path} does not exist; create it with `recipezoo leaderboard` "
+        raise LeaderboardError(f"export {path} does not exist; create it with `recipezoo leaderboard report` "
                                "(reads MLflow and writes results/runs.json)")
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or data.get("schema") != EXPORT_SCHEMA or "runs" not in data:
         raise LeaderboardError(f"{path} is not a recipezoo run export (schema {EXPORT_SCHEMA}); "
-                               "regenerate it with `recipezoo leaderboard`")
+                               "regenerate it with `recipezoo leaderboard report`")
     return data
 
 

@@ -4,7 +4,7 @@
     python -m core.leaderboard.readme_snapshot --check    # exit 1 if the block is stale
 
 Only the text between `<!-- BEGIN leaderboard-snapshot -->` and `<!-- END leaderboard-snapshot -->` is
-rewritten, from the `leaderboard.json` files of TABLES, which `recipezoo leaderboard` writes beside each
+rewritten, from the `leaderboard.json` files of TABLES, which `recipezoo leaderboard report` writes beside each
 full table: so the README's numbers are the leaderboards', never typed by hand.
 """
 

@@ -1,4 +1,4 @@
-"""Each recipe README's own leaderboard rows, rewritten by `recipezoo leaderboard`.
+"""Each recipe README's own leaderboard rows, rewritten by `recipezoo leaderboard report`.
 
 A README holds generated blocks between markers that name the recipes they show: its rows of the
 pretrained-model section (`gsm8k-leaderboard`), of the tiny-task table (`tiny-leaderboard`) and of the
@@ -28,7 +28,7 @@ TINY_BLOCK = re.compile(r"(<!-- BEGIN tiny-leaderboard: (?P<recipes>[\w -]+?) --
                         r"(<!-- END tiny-leaderboard -->)", re.S)
 TOOL_USE_BLOCK = re.compile(r"(<!-- BEGIN tool-use-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                             r"(<!-- END tool-use-leaderboard -->)", re.S)
-DRIVER = "bash bench/gsm8k_leaderboard.sh"
+DRIVER = "recipezoo leaderboard run"
 LORA_ROW = re.compile(r"(?P<variant>\w+)-lora(?P<rank>\d+)")  # lora_row's names, read back
 TINY_DRIVER = "python bench/tiny_baselines.py"
 BUDGET_FLAGS = (("--steps", "trainer.total_steps"), ("--prompts", "data.train_batch_size"), ("--n", "rollout.n"),
@@ -65,7 +65,7 @@ def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -
     several_models = len({row.model for row in rows}) > 1
     header = ["recipe", "seeds", *[column.name for column in section.columns], "steps"]
     lines = [f"From pretrained `{rows[0].model}` on GSM8K: the rows of `results/leaderboard.md`, generated from "
-             f"`{source}` by `recipezoo leaderboard` (do not edit; the budget, the protocol and the other recipes "
+             f"`{source}` by `recipezoo leaderboard report` (do not edit; the budget, the protocol and the other recipes "
              "are there). Each cell is `before → after`, after as mean ± std [95% t-interval] over the seeds.", ""]
     table = []
     for row in rows:
@@ -96,8 +96,8 @@ def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: 
                 f"`{TINY_DRIVER} --variants {' '.join(recipes)} --seeds 0 1 2` makes them.\n")
     steps = Counter(steps_text(row.steps) for row in rows).most_common(1)[0][0]
     header = ["recipe", *[f"{task} acc{suffix}" for task in tasks for suffix in ("", " at step 0")], "seeds", "steps"]
-    lines = [f"The tiny task: the rows of `results/leaderboard.md`, generated from `{source}` by `recipezoo leaderboard` "
-             "(do not edit; the protocol and the other recipes are there). Each cell is mean ± std (n seeds) of the "
+    lines = [f"The tiny task: the rows of `results/leaderboard.md`, generated from `{source}` by "
+             "`recipezoo leaderboard report` (do not edit; the protocol and the other recipes are there). Each cell is mean ± std (n seeds) of the "
              "final held-out accuracy; *at step 0* is where the warm-started model began.", ""]
     table = []
     for row in rows:
@@ -108,7 +108,7 @@ def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: 
         table.append([*cells, row.seeds, steps_text(row.steps)])
     lines += markdown_table(header, "l" + "r" * (len(header) - 1), table)
     rerun = f"{TINY_DRIVER} --variants {' '.join(row.recipe for row in rows)} --seeds 0 1 2 --steps {steps} --test-freq 20"
-    lines += ["", f"Rerun: `{rerun}`, then `recipezoo leaderboard` (`results/README.md`)."]
+    lines += ["", f"Rerun: `{rerun}`, then `recipezoo leaderboard report` (`results/README.md`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -121,11 +121,11 @@ def render_tool_use_block(section: ToolUseSection, recipes: list[str], source: s
     steps = Counter(steps_text(row.steps) for row in rows).most_common(1)[0][0]
     interval = validation_interval(rows)
     rerun += f" --steps {steps}" + (f" --test-freq {interval}" if interval else "")
-    lines = [f"The tool-use rows of `{out}/leaderboard.md`, generated from `{source}` by `recipezoo leaderboard` (do "
+    lines = [f"The tool-use rows of `{out}/leaderboard.md`, generated from `{source}` by `recipezoo leaderboard report` (do "
              "not edit; the protocol, the wall times and the curves are there). Each cell is `before → after`: before "
              "RL at step 0, after as mean ± std [95% t-interval] over the seeds.", "",
              *tool_use_table(section, rows), "",
-             f"Rerun: `{rerun}`, then `recipezoo leaderboard` into `{out}` (the commands: `{out}/README.md`)."]
+             f"Rerun: `{rerun}`, then `recipezoo leaderboard report` into `{out}` (the commands: `{out}/README.md`)."]
     return "\n".join(lines) + "\n"
 
 
