@@ -1,8 +1,8 @@
 """Where a training job's host time goes, from a py-spy profile: per part of the loop, and inside generation,
 how much the engine spends on per-token log-prob bookkeeping.
 
-    py-spy record --subprocesses --rate 50 --format raw --output spy.txt -- python3 bench/gsm8k_leaderboard.py ...
-    python bench/pyspy_stages.py spy.txt --process gsm8k_run.py --rate 50 --out results/.../profile.json
+    py-spy record --subprocesses --rate 50 --format raw --output spy.txt -- python3 bench/leaderboard/driver.py ...
+    python bench/pyspy_stages.py spy.txt --process leaderboard/job.py --rate 50 --out results/.../profile.json
 
 py-spy samples Python stacks of threads that are running (not idle), so a part's seconds are host time spent
 in it: for a small model on a GPU, where the host is the bottleneck, close to its wall time.
@@ -72,7 +72,7 @@ def summarize(stacks: Counter, rate_hz: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profile", type=Path, help="py-spy --format raw output (.gz allowed)")
-    parser.add_argument("--process", default="gsm8k_run.py", help="a substring of the job's command line")
+    parser.add_argument("--process", default="leaderboard/job.py", help="a substring of the job's command line")
     parser.add_argument("--rate", type=float, default=50, help="py-spy's --rate (samples per second)")
     parser.add_argument("--command", default="", help="the command that recorded the profile, kept in --out")
     parser.add_argument("--out", type=Path, help="write the summary here as json")

@@ -5,7 +5,7 @@
 # the accuracy, the constant-answer share of those problems and the task's settings (bench/suite_candidates_table.py).
 # Used to choose a suite's model and its tasks' difficulties (results/reasoning_gym*/candidates).
 #     bash bench/suite_candidates.sh MODEL OUT_JSON [GGUF_FILE]     # MODEL: HF id, dir or pypi:// name
-# Environment: SUITE (default reasoning-gym; bench/leaderboard_suites.py), PER_TASK (default 20), ROLLOUT (default hf),
+# Environment: SUITE (default reasoning-gym; bench/leaderboard/suites.py), PER_TASK (default 20), ROLLOUT (default hf),
 # DEVICE (default auto), BATCH (prompts per generate call, default 64; 16 is faster on a CPU, where the hf rollout
 # keeps every step's logits of the whole batch), WORK (default /tmp/suite_candidates).
 set -euo pipefail
@@ -15,7 +15,7 @@ suite=${SUITE:-reasoning-gym} per_task=${PER_TASK:-20} rollout=${ROLLOUT:-hf} de
 work=${WORK:-/tmp/suite_candidates}
 lines=$(SUITE=$suite "${PYTHON:-python3}" - <<'PY'
 import os
-from bench.leaderboard_suites import SUITES
+from bench.leaderboard.suites import SUITES
 suite = SUITES[os.environ["SUITE"]]
 print(suite.val_file)
 print("\n".join(suite.reasoning_gym_argv("DATA")))

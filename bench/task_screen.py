@@ -42,7 +42,7 @@ from core.models.loading import load_tokenizer, resolve_model_path
 BAND = (0.05, 0.50)        # the start accuracy a suite's task should have (issue 34)
 MAX_SHORTCUT = 0.10        # the open suite's limit on the constant-answer share (--max-constant-share)
 GENERATION_LIMIT_S = 60    # some generators search for puzzles (sokoban) and can take minutes a problem
-MAX_PROMPT_TOKENS = 512    # the suites' data.max_prompt_length (bench/leaderboard_suites.py)
+MAX_PROMPT_TOKENS = 512    # the suites' data.max_prompt_length (bench/leaderboard/suites.py)
 
 
 def easiest_settings(task: str) -> dict:

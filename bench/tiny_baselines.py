@@ -5,13 +5,14 @@ batch sizes), greedy held-out accuracy on the same 256 test problems. Runs go to
 experiment; the leaderboard and its export are then built from it:
 
     python bench/tiny_baselines.py --seeds 0 1 2 --steps 120 --jobs 2 --uri sqlite:///$PWD/baselines.db
-    recipezoo leaderboard --uri sqlite:///$PWD/baselines.db --experiment tiny-baselines
+    recipezoo leaderboard report --uri sqlite:///$PWD/baselines.db --experiment tiny-baselines
 
 The tool-use variants (recipes/tool_use: the calculator task, multi-turn) are not run by default; they go to
 their own experiment and leaderboard (results/tool_use/README.md), at their recipe's budget:
 
     python bench/tiny_baselines.py --variants tool_use_grpo tool_use_rloo --steps 40 --test-freq 10 ...
-    recipezoo leaderboard --uri ... --experiment tiny-tool-use --export results/tool_use/runs.json --out results/tool_use
+    recipezoo leaderboard report --uri ... --experiment tiny-tool-use --export results/tool_use/runs.json \
+        --out results/tool_use
 
 On a machine with many cores, raise --jobs (each run uses --threads torch threads).
 """

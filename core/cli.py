@@ -127,8 +127,8 @@ def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
 
 def leaderboard(args: argparse.Namespace) -> int:
     """MLflow (or a committed export) -> results/leaderboard.{md,csv,json} and curves_*.png."""
-    from core.tracking.leaderboard import write_leaderboard
-    from core.tracking.run_export import (
+    from core.leaderboard.board import write_leaderboard
+    from core.leaderboard.export import (
         LeaderboardError,
         add_runs,
         export_stores,
@@ -173,23 +173,54 @@ def build_parser() -> argparse.ArgumentParser:
                               help="with --dry-run: also write the plan and the resolved config to FILE as JSON")
     train_parser.add_argument("overrides", nargs="*", help="config overrides, e.g. actor.lr=1e-5")
     train_parser.set_defaults(handler=train)
-    board = commands.add_parser("leaderboard", help="build results/leaderboard.md and plots from MLflow runs")
-    board.add_argument("--uri", nargs="+", default=[None],
-                       help="MLflow tracking URI(s), merged into one table (default: sqlite:///<cwd>/mlflow.db)")
-    board.add_argument("--experiment", default="recipezoo", help="MLflow experiment (tracking.experiment)")
-    board.add_argument("--from-export", metavar="PATH", nargs="+",
-                       help="rebuild from run export(s), without MLflow; several are merged into one leaderboard "
-                            "(e.g. results/runs.json results/gsm8k_leaderboard/runs.json)")
-    board.add_argument("--export", metavar="PATH", default="results/runs.json",
-                       help="where to write the run export when reading MLflow")
-    board.add_argument("--add-to-export", action="store_true",
-                       help="add the MLflow runs to the existing --export file instead of replacing it "
-                            "(e.g. new recipes' runs to results/runs.json)")
-    board.add_argument("--out", metavar="DIR", default="results", help="output directory")
-    board.set_defaults(handler=leaderboard)
+    _add_leaderboard_parser(commands)
     for add_parser in _subcommand_parsers():
         add_parser(commands)
     return parser
+
+
+def leaderboard_driver(args: argparse.Namespace) -> int:
+    """`run` and `merge`: the driver in a checkout's bench/leaderboard/, which sits above this package (its jobs run
+    `recipezoo train` and eval), so it is started as its own process, from the repository root, and never imported."""
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / "bench" / "leaderboard" / "driver.py").is_file():
+        return _report(f"leaderboard {args.leaderboard_command} needs a source checkout (bench/leaderboard/ beside "
+                       f"core/), not found under {repo}", code=2)
+    # A file store (no SQLAlchemy needed); vLLM's own sampler, as in the other GPU suites (no FlashInfer JIT).
+    env = {**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+           "VLLM_USE_FLASHINFER_SAMPLER": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    argv = (["--merge"] if args.leaderboard_command == "merge" else []) + args.driver_args
+    os.chdir(repo)
+    os.execve(sys.executable, [sys.executable, "-m", "bench.leaderboard.driver", *argv], env)
+
+
+def _add_leaderboard_parser(commands) -> None:
+    board = commands.add_parser("leaderboard", help="run the leaderboard's jobs, merge them into results/, build its "
+                                                    "tables and plots")
+    actions = board.add_subparsers(dest="leaderboard_command", required=True)
+    # prefix_chars="+": every flag, --help and `--` included, goes on to the driver, which parses them.
+    for name, what in (("run", "train and evaluate every recipe x seed of a suite on this machine's GPUs "
+                                "(`recipezoo leaderboard run --help`)"),
+                       ("merge", "merge `run --out` dirs into the committed results/ (DIR [DIR ...] [--results DIR] "
+                                 "[--timing-only DIR ...] [--before-from RUNS_JSON])")):
+        driver = actions.add_parser(name, help=what, add_help=False, prefix_chars="+")
+        driver.add_argument("driver_args", nargs=argparse.REMAINDER)
+        driver.set_defaults(handler=leaderboard_driver)
+    report = actions.add_parser("report", help="build results/leaderboard.md and plots from MLflow runs or exports")
+    report.add_argument("--uri", nargs="+", default=[None],
+                        help="MLflow tracking URI(s), merged into one table (default: sqlite:///<cwd>/mlflow.db)")
+    report.add_argument("--experiment", default="recipezoo", help="MLflow experiment (tracking.experiment)")
+    report.add_argument("--from-export", metavar="PATH", nargs="+",
+                        help="rebuild from run export(s), without MLflow; several are merged into one leaderboard "
+                             "(e.g. results/runs.json results/gsm8k_leaderboard/runs.json)")
+    report.add_argument("--export", metavar="PATH", default="results/runs.json",
+                        help="where to write the run export when reading MLflow")
+    report.add_argument("--add-to-export", action="store_true",
+                        help="add the MLflow runs to the existing --export file instead of replacing it "
+                             "(e.g. new recipes' runs to results/runs.json)")
+    report.add_argument("--out", metavar="DIR", default="results", help="output directory")
+    report.set_defaults(handler=leaderboard)
 
 
 def _subcommand_parsers():

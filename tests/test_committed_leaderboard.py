@@ -1,4 +1,4 @@
-"""Each committed leaderboard is exactly what `recipezoo leaderboard --from-export` makes of its export(s)."""
+"""Each committed leaderboard is exactly what `recipezoo leaderboard report --from-export` makes of its export(s)."""
 
 import json
 from pathlib import Path
@@ -26,7 +26,7 @@ def test_committed_leaderboard_regenerates_from_the_committed_export(board, tmp_
     sources = json.loads((folder / "leaderboard.json").read_text())["source"].split()
     if board == "results":
         assert sources[0] == "results/runs.json"
-    assert main(["leaderboard", "--from-export", *sources, "--out", str(tmp_path)]) == 0
+    assert main(["leaderboard", "report", "--from-export", *sources, "--out", str(tmp_path)]) == 0
     for name in ("leaderboard.csv", "leaderboard.json"):
         assert (tmp_path / name).read_text() == (folder / name).read_text(), name
     # The markdown names its output folder in the "regenerate" hint; everything else must match.

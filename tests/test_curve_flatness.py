@@ -1,10 +1,10 @@
-"""core/tracking/curve_flatness.py by hand: each run's suite-mean gain over its last quarter, and the reading over
+"""core/leaderboard/curve_flatness.py by hand: each run's suite-mean gain over its last quarter, and the reading over
 seeds (still rising, falling, flat within the band, unclear)."""
 
 from types import SimpleNamespace
 
-from core.tracking.curve_flatness import FLAT_BAND, curve_reading, flatness_lines, late_gain
-from core.tracking.seed_stats import SeedStats
+from core.leaderboard.curve_flatness import FLAT_BAND, curve_reading, flatness_lines, late_gain
+from core.leaderboard.seed_stats import SeedStats
 
 
 def run(curves: dict[str, list[tuple[int, float]]]) -> dict:

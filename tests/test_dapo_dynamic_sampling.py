@@ -12,9 +12,9 @@ from core.batch import Batch
 from core.cli import main as cli_main
 from core.config import load_config
 from core.data.dataset import collate_prompts
+from core.leaderboard.export import DYNAMIC_SAMPLING_KEYS
 from core.reward.manager import place_on_last_token
 from core.rollout.base import concat_rollouts
-from core.tracking.run_export import DYNAMIC_SAMPLING_KEYS
 from recipes.dapo.trainer import DAPOTrainer
 
 N = 4  # samples per prompt

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from core.config.reference import BASE_YAML, all_entries, parse_entries, render_reference, uncommented_keys
-from core.tracking import readme_snapshot
+from core.leaderboard import readme_snapshot
 from tests.browser import find_chromium
 
 REPO = Path(__file__).resolve().parent.parent
@@ -112,7 +112,7 @@ def test_comments_continue_on_aligned_lines_and_above_a_key():
 
 
 def test_the_readme_leaderboard_snapshot_is_the_committed_leaderboard():
-    assert readme_snapshot.main(["--check"]) == 0, "run: python -m core.tracking.readme_snapshot"
+    assert readme_snapshot.main(["--check"]) == 0, "run: python -m core.leaderboard.readme_snapshot"
 
 
 def test_the_readme_test_command_is_what_ci_runs():

@@ -1,11 +1,11 @@
-"""What bench/gsm8k_leaderboard.sh relies on, checked fast on CPU, and the driver end to end (slow):
+"""What recipezoo leaderboard run relies on, checked fast on CPU, and the driver end to end (slow):
 
 - `recipezoo fetch-model NAME --from FILE`: the offline path to the model, its sha256 checked;
 - `generate_responses(..., rollout=, tokenizer=)`: evaluation on an engine built elsewhere (the trainer's);
-- bench/gsm8k_leaderboard.py: the jobs, each variant's config under the shared budget, GPU time shares;
+- bench/leaderboard/driver.py: the jobs, each variant's config under the shared budget, GPU time shares;
 - the whole driver on the tiny model with the HF rollout (test_driver_end_to_end_on_cpu).
 Which queued jobs the driver's time limit starts is in tests/test_leaderboard_time_budget.py; one job
-(bench/gsm8k_run.py) in tests/test_gsm8k_run.py.
+(bench/leaderboard/job.py) in tests/test_gsm8k_run.py.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from core.cli import main as cli_main
 from core.config import load_config
 from core.data.dataset import read_rows, write_rows
 from core.eval.generate import GenerationSpec, generate_responses
+from core.leaderboard.export import TRAIN_REWARD_KEY, load_export, save_export
 from core.models import fetch
 from core.rollout.base import RolloutBackend, assemble_rollout, response_mask_from_ids
-from core.tracking.run_export import TRAIN_REWARD_KEY, load_export, save_export
 from tests.helpers_tokenizer import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from bench import gsm8k_leaderboard as driver  # noqa: E402
-from bench import gsm8k_report as report  # noqa: E402
-from bench import gsm8k_run as worker  # noqa: E402
+from bench.leaderboard import bookkeeping as report  # noqa: E402
+from bench.leaderboard import driver  # noqa: E402
+from bench.leaderboard import job as worker  # noqa: E402
 
 NAME = "SmolLM2-135M-Instruct"
 
@@ -131,7 +131,7 @@ def test_generate_responses_uses_a_given_engine_and_labels_the_policy(tmp_path):
 
 
 
-# ---- bench/gsm8k_leaderboard.py: jobs, configs, GPU time ------------------------------------------------------
+# ---- bench/leaderboard/driver.py: jobs, configs, GPU time ------------------------------------------------------
 
 def test_jobs_from_recipes_seeds_or_pairs():
     jobs = driver.wanted_jobs(driver.parse_args(["--only", "grpo:0", "ppo:2", "--eval-before"]))
@@ -193,7 +193,7 @@ def test_jobs_leave_step_0_to_the_pretrained_evaluation_only_where_it_is_the_sam
     model's evaluation is what a job would validate at step 0, so training jobs skip it. Not without that evaluation,
     with fewer problems or another token limit validated, and not for GSM8K at its defaults (512 tokens evaluated,
     384 validated)."""
-    from bench.leaderboard_suites import SUITES
+    from bench.leaderboard.suites import SUITES
 
     write_rows([{"data_source": "reasoning_gym/gcd"}] * 700, tmp_path / SUITES[suite].val_file)
 
@@ -243,13 +243,13 @@ def test_the_readme_says_which_runs_of_each_invocation_count():
     def job(name, status, run_id):
         return {"name": name, "status": status, "run_id": run_id, "gpu": "0"}
     def record(started, jobs, counted=True):
-        return {"started": started, "command": "bash bench/gsm8k_leaderboard.sh", "devices": {"0": "H200"}, "model": "m",
+        return {"started": started, "command": "recipezoo leaderboard run", "devices": {"0": "H200"}, "model": "m",
                 "runs_per_gpu": 1, "wall_s": 60, "jobs": jobs, "counted": counted}
     invocations = [record("day 1", [job("ppo-seed0", "done", "old"), job("grpo-seed0", "done", "g0"),
                                     job("rloo-seed0", "crashed", "r0"), job("dapo-seed0", "skipped", None)]),
                    record("day 2", [job("grpo-seed1", "stopped", "t1")], counted=False),
                    record("day 3", [job("ppo-seed0", "done", "new")])]
-    text = report.render_readme(invocations, {"g0", "new"}, "recipezoo leaderboard --from-export runs.json --out .")
+    text = report.render_readme(invocations, {"g0", "new"}, "recipezoo leaderboard report --from-export runs.json --out .")
     rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[1]
             for line in text.splitlines() if line.startswith("| day")}
     assert rows == {"day 1": "1 of 3", "day 2": "timings only", "day 3": "1 of 1"}
@@ -354,7 +354,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     --merge then writes results/gsm8k_leaderboard/ and the leaderboard. 24 s on an idle 2-core machine (most of
     it three processes importing torch and transformers); minutes when other work shares the cores."""
     out = tmp_path / "out"
-    command = ["bash", str(REPO / "bench" / "gsm8k_leaderboard.sh"), "--model", random_model_dir,
+    command = [sys.executable, "-m", "core.cli", "leaderboard", "run", "--model", random_model_dir,
                "--data-dir", str(tiny_benchmarks(tmp_path / "data")), "--out", str(out), "--gpus", "cpu",
                "--runs-per-gpu", "2", "--recipes", "grpo", "--seeds", "0", "--eval-before", "--steps", "2",
                "--prompts", "4", "--n", "2", "--mini-batch", "2", "--max-response", "16", "--max-prompt", "64",
@@ -396,7 +396,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     assert [entry["run_id"] for entry in load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"]] == [
         run["run_id"]]
     readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
-    assert "`bash bench/gsm8k_leaderboard.sh --model" in readme and "| grpo-seed0 |" in readme
+    assert "`recipezoo leaderboard run --model" in readme and "| grpo-seed0 |" in readme
     assert readme.count("| 6 |") == 1 and "| `another` |" in readme
     assert "| timings only |" in readme and "| 1 of 1 |" in readme
     # the regenerating command names the --results it was merged into, not results/
@@ -429,7 +429,7 @@ def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
 
 
 def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
-    from bench.gsm8k_report import crash_reason, steps_made, with_crash_reasons
+    from bench.leaderboard.bookkeeping import crash_reason, steps_made, with_crash_reasons
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "dapo-seed2.log").write_text(

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from core.tracking.before_after import build_before_after, render_before_after, training_reward
-from core.tracking.leaderboard import build_leaderboard, render_json, render_markdown, write_leaderboard
-from core.tracking.recipe_readmes import BLOCK, TINY_BLOCK, render_block, render_tiny_block, update_recipe_readmes
-from core.tracking.run_export import LeaderboardError, load_export, merge_exports
-from core.tracking.seed_stats import SeedStats, t_quantile_95
+from core.leaderboard.before_after import build_before_after, render_before_after, training_reward
+from core.leaderboard.board import build_leaderboard, render_json, render_markdown, write_leaderboard
+from core.leaderboard.export import LeaderboardError, load_export, merge_exports
+from core.leaderboard.recipe_readmes import BLOCK, TINY_BLOCK, render_block, render_tiny_block, update_recipe_readmes
+from core.leaderboard.seed_stats import SeedStats, t_quantile_95
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "pypi://SmolLM2-135M-Instruct"
@@ -197,7 +197,7 @@ def test_tagged_eval_runs_in_a_file_store_make_the_section(tmp_path, monkeypatch
     from mlflow.entities import Metric, Param
 
     from core.cli import main as cli_main
-    from core.tracking.run_export import export_runs
+    from core.leaderboard.export import export_runs
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
@@ -262,7 +262,7 @@ def test_readme_blocks_are_rewritten_between_their_markers(export, tmp_path):
     text = readme.read_text()
     assert text.startswith("# GRPO\n\nhand-written\n\n") and text.endswith("<!-- END gsm8k-leaderboard -->\n\nafter\n")
     assert "| grpo | 3 | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ |" in text and "| dapo |" not in text
-    assert ("Rerun: `bash bench/gsm8k_leaderboard.sh --recipes grpo drgrpo --steps 25 --prompts 64 --n 8 "
+    assert ("Rerun: `recipezoo leaderboard run --recipes grpo drgrpo --steps 25 --prompts 64 --n 8 "
             "--max-response 384 --lr 1e-05 --temperature 0.7 --format-score 0.1 --eval-before`") in text
     assert update_recipe_readmes(section, tmp_path, "results/gsm8k_leaderboard/runs.json") == []  # unchanged
     assert render_block(None, ["ppo"], "x").startswith("No runs of `ppo` from a pretrained model on GSM8K")
@@ -277,7 +277,7 @@ def test_an_export_merged_twice_counts_each_run_once(export):
 
 
 def test_a_lora_block_reruns_with_the_driver_s_lora_flag():
-    assert "`bash bench/gsm8k_leaderboard.sh --recipes grpo rloo --lora-rank 16 --eval-before`" in render_block(
+    assert "`recipezoo leaderboard run --recipes grpo rloo --lora-rank 16 --eval-before`" in render_block(
         None, ["grpo-lora16", "rloo-lora16"], "x")
     for mixed in (["grpo", "grpo-lora16"], ["grpo-lora8", "grpo-lora16"]):
         with pytest.raises(ValueError, match="LoRA rows of one rank, or full-weight rows only"):
@@ -330,7 +330,7 @@ def test_tiny_block_shows_mean_std_start_and_the_rerun():
 def test_committed_gsm8k_export_makes_the_section_and_its_plot():
     export_path = REPO / "results" / "gsm8k_leaderboard" / "runs.json"
     if not export_path.exists():
-        pytest.skip("results/gsm8k_leaderboard/runs.json is not committed yet (bench/gsm8k_leaderboard.sh makes it)")
+        pytest.skip("results/gsm8k_leaderboard/runs.json is not committed yet (recipezoo leaderboard run makes it)")
     section, sources = committed_section()
     assert "results/gsm8k_leaderboard/runs.json" in sources and section is not None
     # The pretrained model's figures head the section; trained recipes join it as their runs are committed
@@ -343,7 +343,7 @@ def test_committed_gsm8k_export_makes_the_section_and_its_plot():
 def test_each_pretrained_model_gets_its_own_curves():
     from types import SimpleNamespace
 
-    from core.tracking.leaderboard import pretrained_plots
+    from core.leaderboard.board import pretrained_plots
     one = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct")])
     assert pretrained_plots(one) == {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}
     two = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct"),

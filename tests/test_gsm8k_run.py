@@ -1,4 +1,4 @@
-"""bench/gsm8k_run.py, one leaderboard job: GPU turns (an engine starts while nothing else on its GPU moves), the
+"""bench/leaderboard/job.py, one leaderboard job: GPU turns (an engine starts while nothing else on its GPU moves), the
 time budget (a clean stop: FINISHED, validated, no `run FAILED`), every sampled token counted. The driver around it
 is in tests/test_gsm8k_driver.py.
 """
@@ -23,8 +23,8 @@ from core.trainer.base import BaseTrainer
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from bench import gsm8k_leaderboard as driver  # noqa: E402
-from bench import gsm8k_run as worker  # noqa: E402
+from bench.leaderboard import driver  # noqa: E402
+from bench.leaderboard import job as worker  # noqa: E402
 
 
 def test_a_start_waits_for_the_step_in_flight_and_the_next_step_for_the_start(tmp_path):

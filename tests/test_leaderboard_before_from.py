@@ -1,5 +1,5 @@
 """`--merge ... --before-from RUNS_JSON`: a table of another budget takes its *before* from a committed export of the
-same model file (bench/gsm8k_report.py), on the committed 160- and 80-step open-suite exports."""
+same model file (bench/leaderboard/bookkeeping.py), on the committed 160- and 80-step open-suite exports."""
 
 import json
 import shutil
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.gsm8k_report import merge_outputs
-from bench.leaderboard_suites import SUITES
-from core.tracking.run_export import load_export, save_export
+from bench.leaderboard.bookkeeping import merge_outputs
+from bench.leaderboard.suites import SUITES
+from core.leaderboard.export import load_export, save_export
 
 REPO = Path(__file__).resolve().parent.parent
 LONG = REPO / "results/reasoning_gym_open_160/reasoning_gym_open"

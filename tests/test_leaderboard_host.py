@@ -1,4 +1,4 @@
-"""bench/leaderboard_host.py: host memory readings, and a leaderboard job killed by SIGKILL from outside the driver
+"""bench/leaderboard/host.py: host memory readings, and a leaderboard job killed by SIGKILL from outside the driver
 named as such, with real processes (one kills itself with SIGKILL, one the driver stops)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench import gsm8k_leaderboard as driver  # noqa: E402
-from bench.leaderboard_host import HostMemory, read_meminfo  # noqa: E402
+from bench.leaderboard import driver  # noqa: E402
+from bench.leaderboard.host import HostMemory, read_meminfo  # noqa: E402
 
 
 def meminfo(path: Path, available_kib: int, total_kib: int = 256 * 2**20) -> Path:

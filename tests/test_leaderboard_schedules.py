@@ -19,15 +19,15 @@ from types import SimpleNamespace
 import pytest
 
 from core.config import load_config
-from core.tracking.leaderboard import build_leaderboard, render_json
-from core.tracking.run_export import export_runs, load_export
-from core.tracking.schedules import RunSchedule, schedule_lines, schedule_rows, write_schedule_plots
+from core.leaderboard.board import build_leaderboard, render_json
+from core.leaderboard.export import export_runs, load_export
+from core.leaderboard.schedules import RunSchedule, schedule_lines, schedule_rows, write_schedule_plots
 from tests.test_gsm8k_leaderboard import evals_of, train_run
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import gsm8k_leaderboard as driver  # noqa: E402
+from bench.leaderboard import driver  # noqa: E402
 
 
 def test_schedule_rows_are_named_and_get_their_schedule_keys(tmp_path):
@@ -198,7 +198,7 @@ def test_one_step_off_through_the_driver_on_cpu(tmp_path, random_model_dir):
     from tests.test_gsm8k_driver import tiny_benchmarks
 
     out = tmp_path / "out"
-    command = ["bash", str(REPO / "bench" / "gsm8k_leaderboard.sh"), "--model", random_model_dir,
+    command = [sys.executable, "-m", "core.cli", "leaderboard", "run", "--model", random_model_dir,
                "--data-dir", str(tiny_benchmarks(tmp_path / "data")), "--out", str(out), "--gpus", "cpu",
                "--recipes", "grpo", "--seeds", "0", "--schedule", "one_step_off", "--steps", "2", "--prompts", "2",
                "--n", "2", "--mini-batch", "2", "--max-response", "8", "--max-prompt", "64", "--val-samples", "2",

@@ -1,4 +1,4 @@
-"""The leaderboard driver's time budget (bench/gsm8k_leaderboard.py, run_jobs): a queued job starts only with the
+"""The leaderboard driver's time budget (bench/leaderboard/driver.py, run_jobs): a queued job starts only with the
 time it needs left before --time-limit-s, so that a run is never stopped short of its budget. start_job and
 finish_job are replaced by fakes that finish at once with a given duration: no process is started."""
 
@@ -8,7 +8,7 @@ import json
 import re
 import time
 
-from bench import gsm8k_leaderboard as driver
+from bench.leaderboard import driver
 
 
 def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatch, capsys):
@@ -50,7 +50,7 @@ def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_jo
     """An earlier invocation in --out ran a GRPO pass@k job of 40 steps, 4 a GPU on the same GPUs, in 451 s: with
     400 s left a new one would be stopped short, so it is not started, while a recipe that took less still starts;
     other steps, jobs per GPU or GPUs say nothing."""
-    from bench.gsm8k_report import earlier_job_seconds
+    from bench.leaderboard.bookkeeping import earlier_job_seconds
 
     def record(name, runs_per_gpu, device, jobs):
         (tmp_path / "invocations").mkdir(exist_ok=True)
@@ -159,7 +159,7 @@ def test_a_job_needs_its_time_up_to_its_evaluation_plus_the_reserve(tmp_path, mo
     evaluation took 69 s needs 361 - 69 + 240 = 532 s left under --reserve-s 240. With 450 s left a Dr.GRPO job
     (costed at GSPO's time) is not started; the old driver started it on 361 s and its training was stopped at
     50-57 of 64 steps. An earlier invocation's job is costed the same way."""
-    from bench.gsm8k_report import earlier_job_seconds, time_needed_s
+    from bench.leaderboard.bookkeeping import earlier_job_seconds, time_needed_s
 
     assert time_needed_s(361, 69, 240) == 532 and time_needed_s(361, 300, 240) == 361
     assert time_needed_s(361, None, 240) == 361
@@ -181,7 +181,7 @@ def test_a_recipe_known_from_timings_from_is_judged_by_its_own_time(tmp_path, mo
     had run, were judged by that time (798 s needed, 651 s left) and not started, though Dr.GRPO's earlier jobs had
     needed about 300 s. With --timings-from the merged table's records, Dr.GRPO is judged by its own: those jobs
     were stopped by their budget after 57 of 64 steps, so their training is stretched to 64 (full_job_seconds)."""
-    from bench.gsm8k_report import full_job_seconds
+    from bench.leaderboard.bookkeeping import full_job_seconds
 
     stopped = {"status": "stopped", "recipe": "drgrpo", "steps": 57, "seconds": 290.0, "train_s": 171.0,
                "eval_s": 77.0}

@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from core.tracking.before_after import build_before_after, render_before_after
-from core.tracking.ranking import holm_adjust, rank_by_significance, regularized_beta, welch_test
-from core.tracking.run_export import LeaderboardError
+from core.leaderboard.before_after import build_before_after, render_before_after
+from core.leaderboard.export import LeaderboardError
+from core.leaderboard.ranking import holm_adjust, rank_by_significance, regularized_beta, welch_test
 from tests.test_gsm8k_leaderboard import train_run
 
 SHA = "a" * 64
@@ -138,7 +138,7 @@ def test_a_run_without_step_0_starts_its_curve_at_the_pretrained_evaluation(suit
     (0.5 + 0.2) / 2 = 0.35, each task's mean@1 its val/<task>/acc at step 0, where that evaluation measured what
     the runs validate (greedy, one response, their 256 new tokens, all 200 problems); a run keeps a step 0 of
     its own; runs that validate under another token limit get no step 0 from it."""
-    from core.tracking import leaderboard
+    from core.leaderboard import board
 
     runs, evals = copy.deepcopy(suite)
     for run in runs:
@@ -150,10 +150,10 @@ def test_a_run_without_step_0_starts_its_curve_at_the_pretrained_evaluation(suit
 
     def suite_curves():
         plotted = {}
-        monkeypatch.setattr(leaderboard, "plot_seed_curves", lambda series, panels, path, title: plotted.update(
+        monkeypatch.setattr(board, "plot_seed_curves", lambda series, panels, path, title: plotted.update(
             {label: [run["history"] for run in members] for label, members in series}) or path)
-        leaderboard.write_leaderboard({"experiment": "x", "runs": runs, "evals": evals}, tmp_path)
-        return {label: [history.get(leaderboard.SUITE_CURVE_KEY) for history in histories]
+        board.write_leaderboard({"experiment": "x", "runs": runs, "evals": evals}, tmp_path)
+        return {label: [history.get(board.SUITE_CURVE_KEY) for history in histories]
                 for label, histories in plotted.items()}, plotted
 
     curves, plotted = suite_curves()

@@ -1,9 +1,9 @@
-"""core/tracking/ranks_by_step.py by hand: the validated suite means of each step ranked by the same tests as the
+"""core/leaderboard/ranks_by_step.py by hand: the validated suite means of each step ranked by the same tests as the
 table, a row with fewer than two runs at a step unranked, and a step with fewer than two ranked rows left out."""
 
 from types import SimpleNamespace
 
-from core.tracking.ranks_by_step import ranks_by_step_lines, validated_means
+from core.leaderboard.ranks_by_step import ranks_by_step_lines, validated_means
 
 
 def row(recipe: str, curves: list[dict[int, float]]) -> SimpleNamespace:

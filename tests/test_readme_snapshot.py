@@ -1,6 +1,6 @@
-"""core/tracking/readme_snapshot.py: the README block shows each table of TABLES, in order, with its own rows."""
+"""core/leaderboard/readme_snapshot.py: the README block shows each table of TABLES, in order, with its own rows."""
 
-from core.tracking import readme_snapshot
+from core.leaderboard import readme_snapshot
 
 
 def board(model: str, rows: list[tuple[str, int, float]]) -> dict:

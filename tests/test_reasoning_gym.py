@@ -139,7 +139,7 @@ def test_answer_in_question_share_counts_rows():
 def test_open_suite_fraction_simplification_copies_to_0_21(tmp_path, capsys):
     """21 of the 100 test fractions the open suite draws are already in lowest terms: copying the question's
     fraction scores 0.21, where its trained runs ended (0.18-0.21, results/reasoning_gym_open/leaderboard.md)."""
-    from bench.leaderboard_suites import OPEN_SUITE_TASKS, SUITE_SEED, SUITE_TEST_ROWS
+    from bench.leaderboard.suites import OPEN_SUITE_TASKS, SUITE_SEED, SUITE_TEST_ROWS
 
     settings = dict(OPEN_SUITE_TASKS)["fraction_simplification"]
     assert recipezoo(["data", "reasoning-gym", "--out", str(tmp_path), "--tasks", "fraction_simplification",
@@ -195,7 +195,7 @@ def test_a_verifier_that_never_returns_is_stopped_by_the_pool_the_suites_score_w
     """countdown's verifier evaluates the answer with sympy: `9**9**9**9` would run for ever in the trainer's
     process (it hung a leaderboard job on a GPU host). The reasoning-gym suites score in worker processes with a
     time limit: that row scores 0 with a timeout error, the next one normally; the GSM8K suite keeps in-process."""
-    import bench.gsm8k_leaderboard as driver
+    import bench.leaderboard.driver as driver
     from core.reward.pool import PoolRewardManager
 
     write_suite(["countdown"], {}, tmp_path, size=5, test_size=3, seed=0)
@@ -216,7 +216,7 @@ def test_a_verifier_that_never_returns_is_stopped_by_the_pool_the_suites_score_w
 def test_driver_suite_files_budget_and_model_hash(tmp_path, random_model_dir, capsys):
     """--suite reasoning-gym trains and validates on the suite's files at its own response/prompt budget and tags
     every run with the model file's sha256; --model-sha256 of another file refuses before any data or job."""
-    import bench.gsm8k_leaderboard as driver
+    import bench.leaderboard.driver as driver
     from core.models.identity import model_sha256
 
     args = driver.parse_args(["--suite", "reasoning-gym", "--model", random_model_dir])
@@ -237,8 +237,8 @@ def test_driver_suite_files_budget_and_model_hash(tmp_path, random_model_dir, ca
 def test_open_suite_has_its_own_files_experiment_and_share_limit(tmp_path):
     """reasoning-gym-open and reasoning-gym-coder write their own folders, ask for --max-constant-share 0.1, train and
     log apart from reasoning-gym, whose data command (the one its committed results were made with) stays as it was."""
-    import bench.gsm8k_leaderboard as driver
-    from bench.leaderboard_suites import SUITES
+    import bench.leaderboard.driver as driver
+    from bench.leaderboard.suites import SUITES
 
     path, argv = SUITES["reasoning-gym-open"].data_commands(str(tmp_path), None)[-1]
     assert path == f"{tmp_path}/reasoning_gym_open/train.parquet"
@@ -261,7 +261,7 @@ def test_open_suite_has_its_own_files_experiment_and_share_limit(tmp_path):
 @pytest.mark.parametrize("name", ["reasoning-gym-open", "reasoning-gym-coder"])
 def test_open_answer_suites_have_no_answer_above_a_tenth(tmp_path, name):
     """Its 100 test problems a task, as the suite's data command draws them: no answer is more than 10 of them."""
-    from bench.leaderboard_suites import SUITES
+    from bench.leaderboard.suites import SUITES
 
     suite = SUITES[name]
     difficulty = [f"{task}.{setting}" for task, settings in suite.tasks for setting in settings]

@@ -3,7 +3,7 @@ against figures worked by hand."""
 
 import pytest
 
-from core.tracking.seed_power import (
+from core.leaderboard.seed_power import (
     pooled_seed_variance,
     seeds_to_separate,
     separation_lines,

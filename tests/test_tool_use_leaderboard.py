@@ -7,10 +7,10 @@ import json
 import math
 from pathlib import Path
 
-from core.tracking.leaderboard import build_leaderboard, write_leaderboard
-from core.tracking.recipe_readmes import TOOL_USE_BLOCK, render_tool_use_block, update_tool_use_readmes
-from core.tracking.run_export import TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY, load_export
-from core.tracking.tool_use_section import after, before
+from core.leaderboard.board import build_leaderboard, write_leaderboard
+from core.leaderboard.export import TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY, load_export
+from core.leaderboard.recipe_readmes import TOOL_USE_BLOCK, render_tool_use_block, update_tool_use_readmes
+from core.leaderboard.tool_use import after, before
 
 REPO = Path(__file__).resolve().parent.parent
 ACC = "val/calculator/acc"

@@ -1,7 +1,7 @@
-"""The leaderboard driver's schedules (`bench/gsm8k_leaderboard.py --schedule ...`): the flags, the schedules each
+"""The leaderboard driver's schedules (`recipezoo leaderboard run --schedule ...`): the flags, the schedules each
 recipe × seed trains under, their config keys, and the up-front refusal of a combination that cannot run.
 
-Rows are named `<recipe>-<schedule>[...]` beside the plain sync row (core/tracking/schedules.py names them), so a
+Rows are named `<recipe>-<schedule>[...]` beside the plain sync row (core/leaderboard/schedules.py names them), so a
 table compares schedules of one recipe at the same budget: issue 38's "learning at equal cost".
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from bench.tiny_baselines import VARIANTS
 from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
 from core.config import ConfigError, load_config
-from core.tracking.recipe_readmes import lora_row
-from core.tracking.schedules import SYNC, RunSchedule
+from core.leaderboard.recipe_readmes import lora_row
+from core.leaderboard.schedules import SYNC, RunSchedule
 from core.trainer.schedule import SCHEDULES
 
 SCHEDULE_NAMES = tuple(SCHEDULES)  # sync, one_step_off, async

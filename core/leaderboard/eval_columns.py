@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.leaderboard.export import LeaderboardError
 from core.reward.reasoning_gym import is_reasoning_gym
-from core.tracking.run_export import LeaderboardError
 
 GSM8K_STRICT = "gsm8k strict `#### N`"
 GSM8K_FLEXIBLE = "gsm8k flexible (last number)"

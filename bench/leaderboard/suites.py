@@ -1,4 +1,4 @@
-"""The task suites bench/gsm8k_leaderboard.py trains and evaluates on (`--suite NAME`).
+"""The task suites bench/leaderboard/driver.py trains and evaluates on (`--suite NAME`).
 
 A suite names its training and held-out files under --data-dir, how the missing ones are made, the eval sets
 of the before → after table, the MLflow experiment and where --merge writes its results.

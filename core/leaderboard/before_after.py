@@ -16,20 +16,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.reward.reasoning_gym import is_reasoning_gym, task_name
-from core.tracking.curve_flatness import flatness_lines
-from core.tracking.eval_columns import (
+from core.leaderboard.curve_flatness import flatness_lines
+from core.leaderboard.eval_columns import (
     EvalColumn,
     column_protocols,
     eval_columns,
     param_number,
     scored_sources,
 )
-from core.tracking.ranks_by_step import ranks_by_step_lines
-from core.tracking.run_export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
-from core.tracking.schedules import schedule_lines, schedule_plots, schedule_records
-from core.tracking.seed_stats import SeedStats
-from core.tracking.suite_rank import (
+from core.leaderboard.export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
+from core.leaderboard.ranks_by_step import ranks_by_step_lines
+from core.leaderboard.schedules import schedule_lines, schedule_plots, schedule_records
+from core.leaderboard.seed_stats import SeedStats
+from core.leaderboard.suite_rank import (
     SUITE_MEAN,
     check_comparable,
     evidence_lines,
@@ -40,18 +39,12 @@ from core.tracking.suite_rank import (
     suite_columns,
     suite_stats,
 )
+from core.leaderboard.tables import markdown_table, md_cell, round6, steps_text
+from core.reward.reasoning_gym import is_reasoning_gym, task_name
 
 # The budget every run of a section should share, stated above its table (config keys, as logged).
 BUDGET_KEYS = ("trainer.total_steps", "data.train_batch_size", "rollout.n", "data.max_response_length",
                "data.max_prompt_length", "rollout.temperature", "actor.lr")
-
-
-def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|")
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
 
 
 @dataclass
@@ -226,10 +219,9 @@ def before_after_cell(before: float | None, stats: SeedStats | None, seeds: int)
     return text
 
 
-def steps_text(costs: dict) -> str:
-    steps = costs["steps"]
-    text = "?" if not steps else str(steps[0]) if len(steps) == 1 else f"{steps[0]}–{steps[-1]}"
-    return text + (f" ({costs['stopped']} stopped)" if costs["stopped"] else "")
+def steps_cell(costs: dict) -> str:
+    """The steps the row's runs made, and how many of them a time budget stopped."""
+    return steps_text(costs["steps"]) + (f" ({costs['stopped']} stopped)" if costs["stopped"] else "")
 
 
 def _optional(value: float | None, fmt: str) -> str:
@@ -296,16 +288,12 @@ def _details(section: BeforeAfter, rows: list[RecipeRow]) -> list[str]:
     """The runs one by one, folded: the after figures of each seed and why a run stopped early."""
     header = ["recipe", "seed", "steps", *[column.name for column in section.columns], "s/step: stages", "stopped",
               "training run"]
-    lines = ["", "<details><summary>Every run</summary>", "", "| " + " | ".join(header) + " |",
-             "|---|---:|---:|" + "---:|" * len(section.columns) + "---|---|---|"]
-    for row in rows:
-        for member in row.runs:
-            run = member.train_run
-            cells = [row.recipe, run["seed"], run["steps"],
-                     *[_optional(member.after.get(column), ".3f") for column in section.columns],
-                     _stage_text(run), run.get("tags", {}).get("stopped_by_budget") or "", run["run_id"]]
-            lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
-    return lines + ["", "</details>"]
+    cells = [[row.recipe, member.train_run["seed"], member.train_run["steps"],
+              *[_optional(member.after.get(column), ".3f") for column in section.columns], _stage_text(member.train_run),
+              member.train_run.get("tags", {}).get("stopped_by_budget") or "", member.train_run["run_id"]]
+             for row in rows for member in row.runs]
+    align = "lrr" + "r" * len(section.columns) + "lll"
+    return ["", "<details><summary>Every run</summary>", "", *markdown_table(header, align, cells), "", "</details>"]
 
 
 def _stage_text(run: dict) -> str:
@@ -330,12 +318,12 @@ def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]
     summary = [SUITE_MEAN, "rank"] if suite else []
     header = ["recipe", "seeds", *summary, *[column.name for column in section.columns], "steps", "tokens", "GPU-min",
               "s/step", "reward"]
-    lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 3) + "---|"]
+    table = []
     suite_before = run_suite_mean(before, suite)
     if not rows:
         cells = ["pretrained model", "—", *([before_after_cell(suite_before, None, 0), "—"] if suite else []),
                  *[before_after_cell(before.get(c), None, 0) for c in section.columns]]
-        lines.append("| " + " | ".join(_md(cell) for cell in cells + ["—"] * 5) + " |")
+        table.append(cells + ["—"] * 5)
     for row in rows:
         costs = row_costs(row)
         cells = [row.recipe, len(row.runs)]
@@ -343,11 +331,11 @@ def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]
             cells += [before_after_cell(suite_before, suite_stats(row, suite), len(row.runs)),
                       rank_text(ranking, row.recipe)]
         cells += [before_after_cell(before.get(column), row.after(column), len(row.runs)) for column in section.columns]
-        cells += [steps_text(costs), "—" if costs["tokens"] is None else format_tokens(costs["tokens"]),
+        cells += [steps_cell(costs), "—" if costs["tokens"] is None else format_tokens(costs["tokens"]),
                   _optional(costs["gpu_minutes"], ".1f"), _optional(costs["step_seconds"], ".1f"),
                   "; ".join(costs["rewards"])]
-        lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
-    return lines
+        table.append(cells)
+    return markdown_table(header, "l" + "r" * (len(header) - 2) + "l", table)
 
 
 def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = None) -> list[str]:
@@ -359,7 +347,7 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         suite = suite_columns(section.columns)
         lines += ["", f"## {_training_task(rows, suite)}, pretrained model `{model}`"]
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
-        lines += [f"- {_md(line)}" for line in section.protocols.values()]
+        lines += [f"- {md_cell(line)}" for line in section.protocols.values()]
         lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite), rows)
         lines += evidence_lines(rows, suite, section.test_sizes)
         lines += flatness_lines(rows) + ranks_by_step_lines(rows) if suite else []
@@ -368,7 +356,7 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         if rows and (plots or {}).get(model):
             lines += ["", f"![held-out accuracy and training reward vs step, mean over seeds]({plots[model]})"]
     if section.left_out:
-        lines += ["", "Not counted:", ""] + [f"- {_md(why)}" for why in section.left_out]
+        lines += ["", "Not counted:", ""] + [f"- {md_cell(why)}" for why in section.left_out]
     return lines
 
 
@@ -383,9 +371,9 @@ def before_after_records(section: BeforeAfter) -> dict:
     for row in section.rows:
         costs = row_costs(row)
         record: dict[str, Any] = {"recipe": row.recipe, "model": row.model, "seeds": len(row.runs),
-                                  "steps": costs["steps"], "stopped": costs["stopped"], "tokens": _round(costs["tokens"]),
-                                  "gpu_minutes": _round(costs["gpu_minutes"]),
-                                  "step_seconds": _round(costs["step_seconds"]), "reward": costs["rewards"]}
+                                  "steps": costs["steps"], "stopped": costs["stopped"], "tokens": round6(costs["tokens"]),
+                                  "gpu_minutes": round6(costs["gpu_minutes"]),
+                                  "step_seconds": round6(costs["step_seconds"]), "reward": costs["rewards"]}
         for column in section.columns:
             stats = row.after(column)
             record[column.name] = stats.record() if stats else None
@@ -398,9 +386,9 @@ def before_after_records(section: BeforeAfter) -> dict:
             runs.append({"recipe": row.recipe, "model": row.model, "seed": member.train_run["seed"],
                          "steps": member.train_run["steps"], "train_run_id": member.train_run["run_id"],
                          "eval_run_ids": " ".join(member.eval_run_ids),
-                         **{column.name: _round(member.after.get(column)) for column in section.columns}})
-    befores = {model: {column.name: _round(values.get(column)) for column in section.columns}
-               | ({SUITE_MEAN: _round(run_suite_mean(values, suite))} if suite else {})
+                         **{column.name: round6(member.after.get(column)) for column in section.columns}})
+    befores = {model: {column.name: round6(values.get(column)) for column in section.columns}
+               | ({SUITE_MEAN: round6(run_suite_mean(values, suite))} if suite else {})
                for model, values in sorted(section.befores.items())}
     schedules = {model: records for model in sorted({row.model for row in section.rows})
                  if (records := schedule_records([row for row in section.rows if row.model == model], section.columns))}

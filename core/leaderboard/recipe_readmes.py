@@ -1,4 +1,4 @@
-"""Each recipe README's own leaderboard rows, rewritten by `recipezoo leaderboard`.
+"""Each recipe README's own leaderboard rows, rewritten by `recipezoo leaderboard report`.
 
 A README holds generated blocks between markers that name the recipes they show: its rows of the
 pretrained-model section (`gsm8k-leaderboard`), of the tiny-task table (`tiny-leaderboard`) and of the
@@ -18,8 +18,9 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from core.tracking.before_after import BeforeAfter, _md, before_after_cell, row_costs, steps_text
-from core.tracking.tool_use_section import ToolUseSection, tool_use_table, validation_interval
+from core.leaderboard.before_after import BeforeAfter, before_after_cell, row_costs, steps_cell
+from core.leaderboard.tables import markdown_table, steps_text
+from core.leaderboard.tool_use import ToolUseSection, tool_use_table, validation_interval
 
 BLOCK = re.compile(r"(<!-- BEGIN gsm8k-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                    r"(<!-- END gsm8k-leaderboard -->)", re.S)
@@ -27,7 +28,7 @@ TINY_BLOCK = re.compile(r"(<!-- BEGIN tiny-leaderboard: (?P<recipes>[\w -]+?) --
                         r"(<!-- END tiny-leaderboard -->)", re.S)
 TOOL_USE_BLOCK = re.compile(r"(<!-- BEGIN tool-use-leaderboard: (?P<recipes>[\w -]+?) -->\n)(?P<body>.*?)"
                             r"(<!-- END tool-use-leaderboard -->)", re.S)
-DRIVER = "bash bench/gsm8k_leaderboard.sh"
+DRIVER = "recipezoo leaderboard run"
 LORA_ROW = re.compile(r"(?P<variant>\w+)-lora(?P<rank>\d+)")  # lora_row's names, read back
 TINY_DRIVER = "python bench/tiny_baselines.py"
 BUDGET_FLAGS = (("--steps", "trainer.total_steps"), ("--prompts", "data.train_batch_size"), ("--n", "rollout.n"),
@@ -64,15 +65,15 @@ def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -
     several_models = len({row.model for row in rows}) > 1
     header = ["recipe", "seeds", *[column.name for column in section.columns], "steps"]
     lines = [f"From pretrained `{rows[0].model}` on GSM8K: the rows of `results/leaderboard.md`, generated from "
-             f"`{source}` by `recipezoo leaderboard` (do not edit; the budget, the protocol and the other recipes "
-             "are there). Each cell is `before → after`, after as mean ± std [95% t-interval] over the seeds.", "",
-             "| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 2)]
+             f"`{source}` by `recipezoo leaderboard report` (do not edit; the budget, the protocol and the other recipes "
+             "are there). Each cell is `before → after`, after as mean ± std [95% t-interval] over the seeds.", ""]
+    table = []
     for row in rows:
         before = section.befores.get(row.model, {})
-        cells = [f"{row.recipe} ({row.model})" if several_models else row.recipe, len(row.runs),
-                 *[before_after_cell(before.get(column), row.after(column), len(row.runs)) for column in section.columns],
-                 steps_text(row_costs(row))]
-        lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
+        table.append([f"{row.recipe} ({row.model})" if several_models else row.recipe, len(row.runs),
+                      *[before_after_cell(before.get(column), row.after(column), len(row.runs))
+                        for column in section.columns], steps_cell(row_costs(row))])
+    lines += markdown_table(header, "l" + "r" * (len(header) - 1), table)
     lines += ["", f"Rerun: `{rerun}` (its table: `outputs/gsm8k_leaderboard/leaderboard.md`)."]
     return "\n".join(lines) + "\n"
 
@@ -88,25 +89,27 @@ def budget_flags(rows) -> str:
 
 
 def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: str) -> str:
-    """The named recipes' rows of the tiny-task table (`core.tracking.leaderboard.Row`s) and their rerun command."""
+    """The named recipes' rows of the tiny-task table (`core.leaderboard.board.Row`s) and their rerun command."""
     rows = [row for row in rows if row.recipe in recipes]
     if not rows or not tasks:
         return (f"No tiny-task runs of {', '.join(f'`{r}`' for r in recipes)} in the committed export yet; "
                 f"`{TINY_DRIVER} --variants {' '.join(recipes)} --seeds 0 1 2` makes them.\n")
-    steps = Counter(row.steps_text() for row in rows).most_common(1)[0][0]
+    steps = Counter(steps_text(row.steps) for row in rows).most_common(1)[0][0]
     header = ["recipe", *[f"{task} acc{suffix}" for task in tasks for suffix in ("", " at step 0")], "seeds", "steps"]
-    lines = [f"The tiny task: the rows of `results/leaderboard.md`, generated from `{source}` by `recipezoo leaderboard` "
-             "(do not edit; the protocol and the other recipes are there). Each cell is mean ± std (n seeds) of the "
-             "final held-out accuracy; *at step 0* is where the warm-started model began.", "",
-             "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines = [f"The tiny task: the rows of `results/leaderboard.md`, generated from `{source}` by "
+             "`recipezoo leaderboard report` (do not edit; the protocol and the other recipes are there). Each cell is "
+             "mean ± std (n seeds) of the final held-out accuracy; *at step 0* is where the warm-started model began.",
+             ""]
+    table = []
     for row in rows:
         cells = [row.recipe]
         for task in tasks:
             start = row.start_acc(task)
             cells += [row.cells[task].text() if task in row.cells else "—", "—" if start is None else f"{start:.3f}"]
-        lines.append("| " + " | ".join(_md(cell) for cell in [*cells, row.seeds, row.steps_text()]) + " |")
+        table.append([*cells, row.seeds, steps_text(row.steps)])
+    lines += markdown_table(header, "l" + "r" * (len(header) - 1), table)
     rerun = f"{TINY_DRIVER} --variants {' '.join(row.recipe for row in rows)} --seeds 0 1 2 --steps {steps} --test-freq 20"
-    lines += ["", f"Rerun: `{rerun}`, then `recipezoo leaderboard` (`results/README.md`)."]
+    lines += ["", f"Rerun: `{rerun}`, then `recipezoo leaderboard report` (`results/README.md`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -116,14 +119,14 @@ def render_tool_use_block(section: ToolUseSection, recipes: list[str], source: s
     rerun = f"{TINY_DRIVER} --variants {' '.join(recipes)} --seeds 0 1 2"
     if not rows:
         return f"No tool-use runs of {', '.join(f'`{r}`' for r in recipes)} in `{source}` yet; `{rerun}` makes them.\n"
-    steps = Counter(row.steps_text() for row in rows).most_common(1)[0][0]
+    steps = Counter(steps_text(row.steps) for row in rows).most_common(1)[0][0]
     interval = validation_interval(rows)
     rerun += f" --steps {steps}" + (f" --test-freq {interval}" if interval else "")
-    lines = [f"The tool-use rows of `{out}/leaderboard.md`, generated from `{source}` by `recipezoo leaderboard` (do "
+    lines = [f"The tool-use rows of `{out}/leaderboard.md`, generated from `{source}` by `recipezoo leaderboard report` (do "
              "not edit; the protocol, the wall times and the curves are there). Each cell is `before → after`: before "
              "RL at step 0, after as mean ± std [95% t-interval] over the seeds.", "",
              *tool_use_table(section, rows), "",
-             f"Rerun: `{rerun}`, then `recipezoo leaderboard` into `{out}` (the commands: `{out}/README.md`)."]
+             f"Rerun: `{rerun}`, then `recipezoo leaderboard report` into `{out}` (the commands: `{out}/README.md`)."]
     return "\n".join(lines) + "\n"
 
 

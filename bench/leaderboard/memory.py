@@ -11,7 +11,7 @@ pessimistic for the second. nvidia-smi, not torch, gives the GPU's size: the dri
 
 from __future__ import annotations
 
-from bench.leaderboard_gpus import gpu_total_bytes
+from bench.leaderboard.gpus import gpu_total_bytes
 from core.trainer.memory_estimate import GIB, PEAK_TARGET
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from core.tracking.seed_stats import SeedStats
-from core.tracking.suite_rank import SUITE_CURVE_KEY, with_suite_history
+from core.leaderboard.seed_stats import SeedStats
+from core.leaderboard.suite_rank import SUITE_CURVE_KEY, with_suite_history
 
 LATE_SHARE = 0.25  # the part of the run whose gain is read
 # Suite-mean points a last quarter may add and still count as flat: under a tenth of the 15-25 points these

@@ -1,4 +1,4 @@
-"""The leaderboard driver's GPUs (`bench/gsm8k_leaderboard.py --gpus`): which ids, their names, and where the next
+"""The leaderboard driver's GPUs (`recipezoo leaderboard run --gpus`): which ids, their names, and where the next
 job goes. Only nvidia-smi is asked, never torch: the driver must not hold a CUDA context on any GPU its jobs use.
 """
 

@@ -13,11 +13,11 @@ the tests and ranks leave it out, so a row whose runs were all stopped is unrank
 
 from __future__ import annotations
 
+from core.leaderboard.export import MODEL_SHA_TAG, STOPPED_TAG, LeaderboardError
+from core.leaderboard.ranking import Ranking, rank_by_significance
+from core.leaderboard.seed_power import separation_lines, spread_lines, suite_test_set_line, widest_task_runs_lines
+from core.leaderboard.seed_stats import SeedStats
 from core.reward.reasoning_gym import is_reasoning_gym
-from core.tracking.ranking import Ranking, rank_by_significance
-from core.tracking.run_export import MODEL_SHA_TAG, STOPPED_TAG, LeaderboardError
-from core.tracking.seed_power import separation_lines, spread_lines, suite_test_set_line, widest_task_runs_lines
-from core.tracking.seed_stats import SeedStats
 
 # What every row of a section must share (the learning rate is a recipe's own setting: LoRA rows tune theirs).
 COMPARED_BUDGET_KEYS = ("trainer.total_steps", "data.train_batch_size", "rollout.n", "data.max_response_length",

@@ -10,8 +10,8 @@ fewer than two rows are ranked is left out.
 
 from __future__ import annotations
 
-from core.tracking.ranking import rank_by_significance
-from core.tracking.suite_rank import SUITE_CURVE_KEY, with_suite_history
+from core.leaderboard.ranking import rank_by_significance
+from core.leaderboard.suite_rank import SUITE_CURVE_KEY, with_suite_history
 
 
 def validated_means(rows: list) -> dict[int, dict[str, tuple[float, ...]]]:

@@ -1,9 +1,9 @@
-"""One job of the GSM8K leaderboard, started by bench/gsm8k_leaderboard.py: train one recipe with one seed,
+"""One job of the GSM8K leaderboard, started by bench/leaderboard/driver.py: train one recipe with one seed,
 then evaluate the final policy on the trainer's own rollout engine (after the last weight sync, so no
 second engine starts); or, with --eval-only, evaluate the pretrained model on an engine built from the same
 config.
 
-    python bench/gsm8k_run.py --recipe grpo --name grpo --data-dir data --work DIR/work/grpo-seed0 \
+    python bench/leaderboard/job.py --recipe grpo --name grpo --data-dir data --work DIR/work/grpo-seed0 \
         [--eval-only] [--finish-by UNIX_TIME] [--reserve-s 120] [--gpu-lock DIR/locks/gpu0] -- <overrides>
 
 Responses are written by `core.eval.generate.generate_responses` and scored by `recipezoo eval` (called
@@ -23,14 +23,14 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.leaderboard_suites import SUITES  # noqa: E402
+from bench.leaderboard.suites import SUITES  # noqa: E402
 from core.cli import load_trainer_class  # noqa: E402
 from core.cli import main as recipezoo  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.eval.generate import GenerationSpec, generate_responses  # noqa: E402
-from core.tracking.run_export import (  # noqa: E402
+from core.leaderboard.export import (  # noqa: E402
     AFTER_EVAL_TAG,
     MODEL_SHA_TAG,  # noqa: E402
     SAMPLED_TOKENS_KEY,
@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.recipe, [*overrides, f"tracking.tags.recipe={args.name}"])
     disaggregated = config.trainer.get("placement") == "disaggregated" and not args.eval_only
     if (config.trainer.controller != "local" and not disaggregated) or not config.tracking.uri:
-        raise SystemExit("gsm8k_run.py evaluates on the trainer's own engine and logs to one store: "
+        raise SystemExit("job.py evaluates on the trainer's own engine and logs to one store: "
                          "trainer.controller=local (ray only with trainer.placement=disaggregated, whose rollout "
                          "workers evaluate) and tracking.uri are required")
     turns = GpuTurns(args.gpu_lock)

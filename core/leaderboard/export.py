@@ -5,7 +5,7 @@ The export keeps only what the leaderboard and its plots read: per FINISHED run 
 tag, its identity (recipe, model, seed), size (steps, wall time, generated tokens), the
 evaluation-protocol params, the final `val/*` metrics and short histories. Committed next to
 the table, it lets anyone regenerate the table without the store:
-`recipezoo leaderboard --from-export results/runs.json`.
+`recipezoo leaderboard report --from-export results/runs.json`.
 
 `recipezoo eval` runs tagged `eval_stage=before|after` (a model evaluated before RL, and each
 trained policy after) go to the export's `evals` list, which the leaderboard's before -> after
@@ -45,7 +45,7 @@ EXPORTED_PARAMS = (
     "rollout.val_temperature",
     "trainer.seed",
     "trainer.total_steps",
-    # How the rollouts were scheduled (core/tracking/schedules.py reads a row's schedule from them).
+    # How the rollouts were scheduled (core/leaderboard/schedules.py reads a row's schedule from them).
     "algorithm.rollout_correction.mode",
     "trainer.max_staleness",
     "trainer.n_gpus_per_node",
@@ -61,20 +61,20 @@ EVAL_MODEL_TAG = "eval_model"        # the pretrained model evaluated (before) o
 EVAL_RECIPE_TAG = "eval_recipe"      # after: the recipe that trained the policy
 EVAL_TRAIN_RUN_TAG = "eval_train_run"  # after: the MLflow run id of that training run
 TRAIN_REWARD_KEY = "critic/score/mean"
-# Held-out figures of multi-turn runs whose curves the export keeps beside the accuracies (tool_use_section.py).
+# Held-out figures of multi-turn runs whose curves the export keeps beside the accuracies (tool_use.py).
 TOOL_CALL_RATE_KEY = "val/tool/call_rate"
 TOOL_TURNS_KEY = "val/multi_turn/num_turns/mean"
 # DAPO's dynamic sampling per step (recipes/dapo/trainer.py): kept, to show when its informative groups run out.
 DYNAMIC_SAMPLING_KEYS = ("dapo/kept_group_ratio", "dapo/num_gen_batches")
 GENERATED_TOKENS_KEY = "rollout/generated_tokens"  # response tokens of one step, logged every step
 # Every response token the engine sampled for a step, including those not trained on (ReMax's greedy
-# baseline, DAPO's dropped groups); logged by bench/gsm8k_run.py.
+# baseline, DAPO's dropped groups); logged by bench/leaderboard/job.py.
 SAMPLED_TOKENS_KEY = "rollout/sampled_tokens"
 STAGE_TIME_PREFIX = "timing_s/"
 STEP_TIME_KEY = STAGE_TIME_PREFIX + "step"
 # |rollout engine's log-prob − trainer's| per token, one mean and one max per step (engines that return log-probs).
 LOGPROB_DIFF_PREFIX = "rollout/logprob_diff/"
-# Tags a benchmark driver sets on a training run (bench/gsm8k_leaderboard.py):
+# Tags a benchmark driver sets on a training run (bench/leaderboard/driver.py):
 STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps, e.g. "time: after step 17 of 25"
 GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when runs share GPUs
 GPU_SHARE_TAG = "gpu_share"         # the most processes that shared the run's GPU at once
@@ -335,12 +335,12 @@ def save_export(data: dict, path: str | Path) -> Path:
 def load_export(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise LeaderboardError(f"export {path} does not exist; create it with `recipezoo leaderboard` "
+        raise LeaderboardError(f"export {path} does not exist; create it with `recipezoo leaderboard report` "
                                "(reads MLflow and writes results/runs.json)")
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or data.get("schema") != EXPORT_SCHEMA or "runs" not in data:
         raise LeaderboardError(f"{path} is not a recipezoo run export (schema {EXPORT_SCHEMA}); "
-                               "regenerate it with `recipezoo leaderboard`")
+                               "regenerate it with `recipezoo leaderboard report`")
     return data
 
 

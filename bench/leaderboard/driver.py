@@ -2,15 +2,15 @@
 
 On one machine's GPUs, into one MLflow file store, a run export and a leaderboard:
 
-    bash bench/gsm8k_leaderboard.sh [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
+    recipezoo leaderboard run [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
         [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 2] [--steps 25] [--time-limit-s 540]
         [--min-job-s 400]
         [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
         [--lora-rank 16] [-- <config overrides for every run>]
-    python bench/gsm8k_leaderboard.py --merge DIR [DIR ...] [--timing-only DIR ...] [--before-from RUNS_JSON]
+    recipezoo leaderboard merge DIR [DIR ...] [--timing-only DIR ...] [--before-from RUNS_JSON]
         # -> results/gsm8k_leaderboard/ and results/leaderboard.md
 
-Each job is a process (bench/gsm8k_run.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu (K) at once
+Each job is a process (bench/leaderboard/job.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu (K) at once
 per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: on an H100, two SmolLM2 jobs took
 9.4-12.5 s a step each against 8.7-9.1 s alone (about 1.6x the steps per second), three took 14.3-18.3 s and four
 27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/gsm8k_leaderboard/README.md,
@@ -22,13 +22,13 @@ to start together with cold compile caches, 32-48 s once warm, where 3 a GPU wit
 stopped_by_budget: stopped on purpose, still counted), validating every --test-freq steps and at the end, and
 evaluates its final policy; --eval-before adds one job that evaluates the pretrained model. A training job also
 validates at step 0, unless that evaluation is the same measurement (a reasoning-gym suite with --eval-before and
---val-samples covering its test set; bench/leaderboard_step_zero.py says when): then the curves take their step 0 from it
+--val-samples covering its test set; bench/leaderboard/step_zero.py says when): then the curves take their step 0 from it
 and each job is spared that validation (trainer.val_before_train=false). Jobs already done in --out are skipped, so
 an invocation cut short is resumed by running it again (with --redo-stopped, the jobs its time budget stopped early
 run again too, and the merge keeps the run that trained more steps; --eval-before costs nothing once the store
 holds the pretrained model's evaluation). A job that crashes is reported with its log's tail and never counted;
 one killed by a SIGKILL the driver did not send is named so, with the host's lowest available memory, which the
-heartbeat line shows (bench/leaderboard_host.py).
+heartbeat line shows (bench/leaderboard/host.py).
 
 --out DIR gets mlruns/ (the store), runs.json (its export), leaderboard.md (its section), logs/, work/ and
 invocations/ (how each invocation ran, for --merge's README).
@@ -38,7 +38,7 @@ rows <recipe>-lora<R>, so they sit beside the full-weight rows of the same recip
 
 --schedule sync one_step_off async (issue 38, "schedules at equal cost") trains every recipe × seed under each
 schedule (trainer.schedule), in rows named <recipe>-<schedule>[-s<K>][-partial][-disagg<R>+<T>][-<correction>]
-(core/tracking/schedules.py); sync rows keep the plain recipe name, the on-policy baseline the others are measured
+(core/leaderboard/schedules.py); sync rows keep the plain recipe name, the on-policy baseline the others are measured
 against, so existing tables read as before. --rollout-correction none tis makes each off-policy schedule's rows
 with and without that correction (algorithm.rollout_correction.mode). Colocated schedules run like any job, on one
 GPU; --placement disaggregated --gpus-per-job N runs the off-policy rows under Ray (a local cluster per job) with
@@ -59,10 +59,10 @@ from pathlib import Path
 
 COMMAND_STARTED = time.time()  # before the imports below (7-8 s on 2 cores): --time-limit-s is the command's
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.gsm8k_report import (  # noqa: E402
+from bench.leaderboard.bookkeeping import (  # noqa: E402
     JobTimes,
     crash_reason,
     discard_before_evals,
@@ -76,23 +76,23 @@ from bench.gsm8k_report import (  # noqa: E402
     summary_line,
     tag_gpu_time,
 )
-from bench.leaderboard_gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
-from bench.leaderboard_host import HostMemory  # noqa: E402
-from bench.leaderboard_memory import jobs_memory_warning  # noqa: E402
-from bench.leaderboard_schedules import (  # noqa: E402
+from bench.leaderboard.gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
+from bench.leaderboard.host import HostMemory  # noqa: E402
+from bench.leaderboard.memory import jobs_memory_warning  # noqa: E402
+from bench.leaderboard.schedules import (  # noqa: E402
     add_schedule_args,
     check_placement_flags,
     check_schedules,
     run_schedules,
     schedule_overrides,
 )
-from bench.leaderboard_step_zero import step_0_from_pretrained  # noqa: E402
-from bench.leaderboard_suites import SUITES, Suite  # noqa: E402
+from bench.leaderboard.step_zero import step_0_from_pretrained  # noqa: E402
+from bench.leaderboard.suites import SUITES, Suite  # noqa: E402
 from bench.tiny_baselines import VARIANTS  # noqa: E402
+from core.leaderboard.export import MODEL_SHA_TAG  # noqa: E402
+from core.leaderboard.recipe_readmes import lora_row  # noqa: E402
+from core.leaderboard.schedules import RunSchedule  # noqa: E402
 from core.reward.gsm8k import GSM8K_METHODS  # noqa: E402
-from core.tracking.recipe_readmes import lora_row  # noqa: E402
-from core.tracking.run_export import MODEL_SHA_TAG  # noqa: E402
-from core.tracking.schedules import RunSchedule  # noqa: E402
 
 LOG_TAIL_LINES = 40
 GRACE_S, EXPORT_S = 40, 20  # with --time-limit-s: a job's overrun before it is stopped; the final export
@@ -119,9 +119,9 @@ class Job:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     formatter = type("Formatter", (argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter), {})
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser = argparse.ArgumentParser(prog="recipezoo leaderboard run", description=__doc__, formatter_class=formatter)
     parser.add_argument("--suite", default="gsm8k", choices=sorted(SUITES), help="the tasks trained and evaluated "
-                        "on (bench/leaderboard_suites.py)")
+                        "on (bench/leaderboard/suites.py)")
     parser.add_argument("--recipes", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--only", nargs="+", metavar="RECIPE:SEED", help="exactly these pairs (overrides the two above)")
@@ -133,7 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "vLLM engines together (each gets 1/K of it); the rest is the trainers'")
     parser.add_argument("--engine-kv-gib", type=float, default=None, help="each vLLM engine's KV cache, given "
                         "(kv_cache_memory_bytes) instead of measured from the free memory: a GPU's K jobs then start "
-                        "at once, not one after another (bench/gsm8k_run.py, GpuTurns.starting)")
+                        "at once, not one after another (bench/leaderboard/job.py, GpuTurns.starting)")
     parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
                         "stops early enough for every job to evaluate and the export to be written (0: none)")
     parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
@@ -170,7 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.overrides = [o for o in overrides if o != "--"]
     args.max_response = args.max_response or SUITES[args.suite].max_response
     args.max_prompt = args.max_prompt or SUITES[args.suite].max_prompt
-    args.step_0_from_pretrained = False  # main decides once the data is there (leaderboard_step_zero)
+    args.step_0_from_pretrained = False  # main decides once the data is there (step_zero.py)
     # The jobs run from the repository root: paths given relative to where the user stands are resolved here.
     args.data_dir = str(Path(args.data_dir).resolve())
     args.local_data = args.local_data and str(Path(args.local_data).resolve())
@@ -319,7 +319,7 @@ def variant_overrides(variant: str, args) -> list[str]:
 
 def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, finish_by: float | None) -> list[str]:
     variant = job.variant or "grpo"  # the pretrained model's engine is built from GRPO's config
-    command = [sys.executable, str(REPO / "bench" / "gsm8k_run.py"), "--recipe", VARIANTS[variant],
+    command = [sys.executable, str(REPO / "bench" / "leaderboard" / "job.py"), "--recipe", VARIANTS[variant],
                "--name", job.row or variant, "--job", job.name, "--data-dir", args.data_dir,
                "--work", str(out / "work" / job.name),
                "--reserve-s", str(args.reserve_s), "--eval-prompt-length", str(eval_len), "--suite", args.suite]
@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{stamp()}] {warning}", flush=True)
     run_jobs(jobs, args, out, uri, gpus, command_of, deadline, devices)
     return finish_invocation(out, uri, suite.experiment, jobs, {
-        "command": " ".join(["bash bench/gsm8k_leaderboard.sh", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["recipezoo leaderboard run", *(argv if argv is not None else sys.argv[1:])]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "wall_s": None,
         "started_unix": started, "devices": devices, "runs_per_gpu": args.runs_per_gpu, "model": args.model,
         "model_path": model_path, "model_sha256": found_sha, "suite": args.suite, "eval_prompt_length": eval_len})

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from core.tracking.ranking import ALPHA, t_two_sided_p
+from core.leaderboard.ranking import ALPHA, t_two_sided_p
 
 MOST_SEEDS = 1000  # beyond this, "more than": a gap that small is a tie for any budget worth running
 

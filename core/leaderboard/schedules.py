@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.tracking.run_export import TRAIN_REWARD_KEY, LeaderboardError, per_model_paths
-from core.tracking.seed_stats import WALL_CLOCK, SeedStats, plot_seed_curves
-from core.tracking.suite_rank import SUITE_MEAN, suite_columns, suite_stats
+from core.leaderboard.export import TRAIN_REWARD_KEY, LeaderboardError, per_model_paths
+from core.leaderboard.seed_stats import WALL_CLOCK, SeedStats, plot_seed_curves
+from core.leaderboard.suite_rank import SUITE_MEAN, suite_columns, suite_stats
+from core.leaderboard.tables import markdown_table
 
 SYNC, NO_CORRECTION, COLOCATED = "sync", "none", "colocated"
 CLAIMED_SPEEDUP = 1.6  # issue 38: "same accuracy within the seeds' 95% interval, at ≥ 1.6× less wall-clock than sync"
@@ -187,16 +188,17 @@ def schedule_lines(rows: list, columns: list, plot: str | None = None) -> list[s
              "end (model load and engine start left out; validations in), mean ± std over seeds; *s/step*: that over "
              "the steps made. *GPUs*: a job's. *speed-up*: the sync row's mean GPU-seconds a step (s/step × GPUs) "
              "over this row's: the wall-clock ratio where both rows hold one GPU and made the same steps. *within "
-             "sync's 95%*: this row's mean inside the sync row's interval.", "",
-             f"| recipe | schedule | seeds | {measure} | within sync's 95% | GPUs | wall-clock s | s/step | speed-up |",
-             "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+             "sync's 95%*: this row's mean inside the sync row's interval.", ""]
+    table = []
     for row in found:
         within = "—" if row.within_sync_interval is None else "yes" if row.within_sync_interval else "no"
         cells = [row.recipe, row.schedule.label(), len(row.accuracy.values) if row.accuracy else 0,
                  row.accuracy.text() if row.accuracy else "—", within if row.sync else "(sync)", row.schedule.gpus,
                  _wall_text(row.wall), _wall_text(row.step_wall, 2),
                  "—" if row.speedup is None else f"{row.speedup:.2f}×"]
-        lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |")
+        table.append(cells)
+    header = ["recipe", "schedule", "seeds", measure, "within sync's 95%", "GPUs", "wall-clock s", "s/step", "speed-up"]
+    lines += markdown_table(header, "llrrlrrrr", table)
     lines += [""] + [claim_line(row, measure) for row in found if row.schedule != RunSchedule()]
     if plot:
         lines += ["", f"![training reward vs step and vs wall-clock seconds, mean over seeds]({plot})"]

@@ -12,15 +12,16 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from core.tracking.before_after import _md, _round, before_after_cell
-from core.tracking.run_export import TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY
-from core.tracking.seed_stats import SeedStats
+from core.leaderboard.before_after import before_after_cell
+from core.leaderboard.export import TOOL_CALL_RATE_KEY, TOOL_TURNS_KEY
+from core.leaderboard.seed_stats import SeedStats
+from core.leaderboard.tables import markdown_table, round6, steps_text
 
 
 @dataclass(frozen=True)
 class ToolUseSection:
     columns: list[tuple[str, str]]  # (metric key, column title): the task accuracies, then the tool figures
-    rows: list                      # core.tracking.leaderboard.Row, in the tiny-task table's order
+    rows: list                      # core.leaderboard.board.Row, in the tiny-task table's order
 
 
 def build_tool_use(rows: list, tasks: list[str]) -> ToolUseSection | None:
@@ -46,13 +47,10 @@ def after(row, key: str) -> SeedStats | None:
 
 def tool_use_table(section: ToolUseSection, rows: list) -> list[str]:
     header = ["recipe", "model", "seeds", *[title for _, title in section.columns], "steps"]
-    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
-    for row in rows:
-        cells = [row.recipe, row.model, row.seeds,
-                 *[before_after_cell(before(row, key), after(row, key), row.seeds) for key, _ in section.columns],
-                 row.steps_text()]
-        lines.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
-    return lines
+    cells = [[row.recipe, row.model, row.seeds,
+              *[before_after_cell(before(row, key), after(row, key), row.seeds) for key, _ in section.columns],
+              steps_text(row.steps)] for row in rows]
+    return markdown_table(header, "ll" + "r" * (len(header) - 2), cells)
 
 
 def render_tool_use(section: ToolUseSection) -> list[str]:
@@ -73,10 +71,10 @@ def tool_use_records(section: ToolUseSection) -> list[dict]:
     records = []
     for row in section.rows:
         record: dict[str, Any] = {"recipe": row.recipe, "model": row.model, "seeds": row.seeds,
-                                  "steps": row.steps_text("-")}
+                                  "steps": steps_text(row.steps, "-")}
         for key, _ in section.columns:
             stats = after(row, key)
-            record[key] = {"before": _round(before(row, key)), "after": stats.record() if stats else None}
+            record[key] = {"before": round6(before(row, key)), "after": stats.record() if stats else None}
         records.append(record)
     return records
 

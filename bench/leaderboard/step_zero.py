@@ -1,11 +1,11 @@
 """Whether a leaderboard job's step-0 validation would repeat the pretrained model's evaluation
-(bench/gsm8k_leaderboard.py passes trainer.val_before_train=false to its jobs where it would)."""
+(bench/leaderboard/driver.py passes trainer.val_before_train=false to its jobs where it would)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.leaderboard_suites import Suite
+from bench.leaderboard.suites import Suite
 from bench.tiny_baselines import VARIANTS
 
 
@@ -13,7 +13,7 @@ def step_0_from_pretrained(args, suite: Suite, common: list[str], data: Path) ->
     """Whether the pretrained model's evaluation is what a training job would validate at step 0, so that the
     jobs leave that validation out (seconds on an H100 alone; when jobs share the GPU, most of the
     `first_validation` in a job's start record is the wait for the others' engine starts, which stays) and the
-    curves take their step 0 from the evaluation (core/tracking/eval_columns.py, with_pretrained_start): the
+    curves take their step 0 from the evaluation (core/leaderboard/eval_columns.py, with_pretrained_start): the
     evaluation runs (--eval-before) on the held-out file whole (no --eval-limit), one greedy response a prompt,
     and the runs validate every problem of it under the same new-token limit. At its defaults the GSM8K suite
     keeps its step-0 validation: its evaluation gives 512 new tokens to all 1,319 test problems, its runs'
