@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 from bench.leaderboard import bookkeeping as report  # noqa: E402
 from bench.leaderboard import driver  # noqa: E402
 from bench.leaderboard import job as worker  # noqa: E402
+from bench.leaderboard.left_out import left_out_lines  # noqa: E402
 
 NAME = "SmolLM2-135M-Instruct"
 
@@ -236,6 +237,17 @@ def test_only_counted_runs_reach_the_table():
     # finished runs, the later started (a run exported without a start time counts as the older).
     assert [r["run_id"] for r in kept["runs"]] == ["half", "full", "short", "kept", "rerun", "stamped"]
     assert [e["run_id"] for e in kept["evals"]] == ["e2"]
+    # Every run left out is named with its reason, and so is a crashed job that left no run behind.
+    invocations[0]["started"] = "2026-12-01 20:25:11"
+    invocations[0]["jobs"] += [{"name": "drgrpo-seed0", "status": "crashed", "run_id": None, "exit": -15}]
+    reasons = report.left_out_runs(export, invocations)
+    assert sorted(reasons) == ["before", "crash", "early", "old", "shorter", "timing", "unstamped"]
+    assert reasons["early"] == "its time budget stopped it after 7 of 16 steps, under 50% (it measured another budget)"
+    assert reasons["old"] == "replaced: run full of its recipe, seed and model counts instead"
+    assert reasons["crash"] == "its job crashed (no exit status)"
+    lines = left_out_lines(export, invocations)
+    assert len(lines) == 8 and lines[-1] == ("- drgrpo-seed0 of the invocation started 2026-12-01 20:25:11: its job "
+                                             "crashed (exit -15), no finished run")
 
 
 

@@ -164,6 +164,19 @@ def test_training_reward_is_read_from_the_params():
     assert training_reward(train_run("x", 0, **{"reward.custom_function.path": "my.py"})) == "custom my.py"
 
 
+def test_a_math_verify_table_explains_its_reward_and_the_processes_nvidia_smi_saw():
+    runs = [train_run("grpo", seed, tags={"gpu_share": "2", "gpu_processes_seen": str(3 + seed)},
+                      **{"reward.gsm8k_method": "math_verify", "reward.format_score": "0.0"}) for seed in range(2)]
+    evals = evals_of("before", "before", 0.27) + [entry for seed in range(2) for entry in
+                                                  evals_of(f"g{seed}", "after", 0.39, "grpo", f"grpo-{seed}")]
+    markdown = "\n".join(render_before_after(build_before_after(runs, evals)))
+    assert "`gsm8k math_verify, format F`: math_verify on the last `\\boxed{}`" in markdown
+    assert "`gsm8k strict, format F`" not in markdown  # no run trained on it
+    assert "up to 2 processes (training runs and evaluations) shared one device at once. nvidia-smi listed up to 4 " \
+           "compute processes on a run's device while it ran, anyone's." in markdown
+    assert training_reward(runs[0]) == "gsm8k math_verify, format 0.0"
+
+
 def test_write_leaderboard_plots_the_curves_and_leaves_readmes_alone(export, tmp_path):
     written = write_leaderboard(export, tmp_path, export_path="results/gsm8k_leaderboard/runs.json")
     assert tmp_path / "gsm8k_leaderboard" / "curves.png" in written

@@ -17,6 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
+from bench.leaderboard.left_out import left_out_lines, left_out_runs, stopped_too_short
 from bench.leaderboard.suites import SUITES
 from bench.results_page import table_header
 from core.leaderboard.board import build_leaderboard, write_leaderboard
@@ -24,6 +25,7 @@ from core.leaderboard.export import (
     AFTER_EVAL_TAG,
     DEVICE_TAG,
     EVAL_STAGE_TAG,
+    GPU_PROCESSES_TAG,
     GPU_SECONDS_TAG,
     GPU_SHARE_TAG,
     STOPPED_TAG,
@@ -104,7 +106,10 @@ def tag_gpu_time(uri: str, job, same_gpu: list, device: str) -> None:
     seconds, most = fair_share(info.start_time / 1000, (info.end_time or now * 1000) / 1000,
                                [(other.started, other.ended or now) for other in same_gpu])
     seconds *= len(job.gpu.split(","))  # a disaggregated job holds all its GPUs
-    for key, value in ((GPU_SECONDS_TAG, f"{seconds:.1f}"), (GPU_SHARE_TAG, str(most)), (DEVICE_TAG, device)):
+    tags = {GPU_SECONDS_TAG: f"{seconds:.1f}", GPU_SHARE_TAG: str(most), DEVICE_TAG: device}
+    if job.gpu_processes_seen:  # 0: no nvidia-smi reading (a CPU job, or none taken)
+        tags[GPU_PROCESSES_TAG] = str(job.gpu_processes_seen)
+    for key, value in tags.items():
         client.set_tag(run_id, key, value)
 
 
@@ -122,7 +127,20 @@ def counted_export(out: Path, uri: str, experiment: str) -> dict:
 def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
     """DIR/runs.json and DIR/leaderboard.md (+ the curves under gsm8k_leaderboard/) from the store as it is now."""
     try:
-        export = counted_export(out, uri, experiment)
+        found, records = export_runs(uri, experiment), invocation_records(out)
+    except LeaderboardError as error:
+        print(f"no leaderboard yet: {error}", flush=True)
+        return None
+    left_out = left_out_lines(found, records)
+    if left_out:
+        print("left out of the table:\n" + "\n".join(left_out), flush=True)
+    export = counted_runs(found, records)
+    if not export["runs"] and not export.get("evals"):
+        print(f"no leaderboard yet: the store holds {len(found['runs'])} finished training run(s) and "
+              f"{len(found.get('evals') or [])} evaluation(s) of experiment {experiment!r}, and none is left in "
+              "the table" + (" (the reasons are above)" if left_out else ""), flush=True)
+        return None
+    try:
         save_export(export, out / "runs.json")
         written = write_leaderboard(export, out, export_path=out / "runs.json")
     except LeaderboardError as error:
@@ -281,7 +299,8 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
             records[name] = record
     exports = [export_runs((folder / "mlruns").resolve().as_uri(), suite.experiment) if (folder / "mlruns").is_dir()
                else load_export(folder / "runs.json") for folder in folders]
-    merged = counted_runs(merge_exports(exports), records.values())
+    found = merge_exports(exports)
+    merged, left_out = counted_runs(found, records.values()), left_out_runs(found, records.values())
     before = pretrained_evaluations(before_from) if before_from else []
     merged = merge_exports([merged, {**merged, "runs": [], "evals": before}]) if before else merged
     target = results / suite.results_dir
@@ -306,8 +325,10 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     shown = " ".join(_relative(path) for path in sources)
     regenerate = f"recipezoo leaderboard report --from-export {shown} --out {_relative(board_dir)}"
     before_note = f"`{_relative(before_from)}` (runs {', '.join(e['run_name'] for e in before)})" if before else None
-    (target / "README.md").write_text(render_readme(invocations, counted_ids, regenerate, suite, before_note),
-                                      encoding="utf-8")
+    if left_out:
+        print("left out of the table:\n" + "\n".join(left_out_lines(found, invocations)), flush=True)
+    (target / "README.md").write_text(render_readme(invocations, counted_ids, regenerate, suite, before_note,
+                                                    left_out_lines(found, invocations), left_out), encoding="utf-8")
     written = write_leaderboard(merge_exports([load_export(path) for path in sources]), board_dir, export_path=shown)
     print("wrote " + ", ".join(str(path) for path in [target / "runs.json", target / "README.md", *written]), flush=True)
     return 0
@@ -322,36 +343,9 @@ def pretrained_evaluations(export_path: Path) -> list[dict]:
     return found
 
 
-# A run its time budget stopped before this share of trainer.total_steps measured another budget (in the first
-# invocation of the reasoning-gym-open suite, engine starts shared by 4 jobs per GPU left some runs 1 step of 16): it
-# never stands for its recipe in the table.
-MIN_STEPS_SHARE = 0.5
-
-
-def stopped_too_short(run: dict) -> bool:
-    total = (run.get("params") or {}).get("trainer.total_steps")
-    return (bool(run.get("tags", {}).get(STOPPED_TAG)) and total is not None
-            and (run.get("steps") or 0) < MIN_STEPS_SHARE * int(total))
-
-
 def counted_runs(export: dict, invocations) -> dict:
-    """`export` without the runs that must not count, and their evaluations: a crashed job's run, the runs of an
-    invocation kept for its timings only, a run stopped before MIN_STEPS_SHARE of its steps, and every run of a
-    recipe, seed and model but one. The one that counts:
-    a finished run over one stopped by a budget, then the most steps trained, then the latest started (a rerun
-    replaces the run it repeats, say after the recipe changed; runs exported without a start time are the
-    oldest)."""
-    dropped = {job["run_id"] for record in invocations for job in record["jobs"]
-               if job.get("run_id") and (job["status"] == "crashed" or not record.get("counted", True))}
-    best = {}  # (recipe, seed, model) -> the run that counts for it
-    for run in export["runs"]:
-        key = (run["recipe"], run["seed"], run["model"])
-        if run["run_id"] not in dropped and not stopped_too_short(run):
-            rank = (not run.get("tags", {}).get(STOPPED_TAG), run.get("steps") or 0, run.get("started") or 0)
-            if key not in best or rank >= best[key][0]:
-                best[key] = (rank, run["run_id"])
-    counted_ids = {run_id for _, run_id in best.values()}
-    dropped |= {run["run_id"] for run in export["runs"] if run["run_id"] not in counted_ids}
+    """`export` without the runs that must not count (left_out_runs says which and why), and their evaluations."""
+    dropped = set(left_out_runs(export, invocations))
     kept = dict(export, runs=[run for run in export["runs"] if run["run_id"] not in dropped])
     if "evals" in export:
         kept["evals"] = [entry for entry in export["evals"] if entry.get("train_run_id") not in dropped]
@@ -380,10 +374,11 @@ def _seconds(value) -> str:
 
 
 def render_readme(invocations: list[dict], counted_ids: set[str], regenerate: str, suite=None,
-                  before_from: str | None = None) -> str:
+                  before_from: str | None = None, left_out: list[str] = (), reasons: dict[str, str] | None = None) -> str:
     """How the committed runs were made: every invocation's command, device and jobs; `counted_ids`: the runs in
     `runs.json`; `regenerate`: the command that rebuilds the leaderboard from the merged export; `before_from`:
-    where the pretrained model's evaluation was taken from (--before-from), if not from these invocations."""
+    where the pretrained model's evaluation was taken from (--before-from), if not from these invocations;
+    `left_out` (left_out_lines) and `reasons` (left_out_runs): the runs the table leaves out, and why."""
     if suite is None or not suite.own_leaderboard:
         lines = ["# GSM8K leaderboard from a pretrained model: how the runs were made", "",
                  "Generated by `recipezoo leaderboard merge ...` from the records of the invocations "
@@ -441,10 +436,13 @@ def render_readme(invocations: list[dict], counted_ids: set[str], regenerate: st
             status = job["status"] + (f" ({job['error']})" if job.get("error") else "")
             counted_job = record.get("counted", True) and job["status"] != "crashed" and job.get("run_id")
             if counted_job and job["run_id"] not in counted_ids:
-                status += ", replaced"
+                replaced = (reasons or {}).get(job["run_id"], "replaced").startswith("replaced")
+                status += ", replaced" if replaced else ", left out (below)"
             lines.append(f"| {job['name']} | {record['started']} | {job['gpu'] or 'CPU'} | {status} | "
                          f"{_seconds(job.get('setup_s'))} | {_seconds(job.get('train_s'))} | {steps} | {step_s} | "
                          f"{_seconds(job.get('eval_s'))} | {job.get('run_id') or '—'} |")
+    if left_out:
+        lines += ["", "## Left out of the table", "", *left_out]
     return "\n".join(lines) + "\n"
 
 

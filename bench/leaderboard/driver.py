@@ -76,7 +76,7 @@ from bench.leaderboard.bookkeeping import (  # noqa: E402
     summary_line,
     tag_gpu_time,
 )
-from bench.leaderboard.gpus import free_gpus, gpu_ids, gpu_names  # noqa: E402
+from bench.leaderboard.gpus import compute_process_counts, free_gpus, gpu_ids, gpu_names, note_gpu_processes  # noqa: E402
 from bench.leaderboard.host import HostMemory  # noqa: E402
 from bench.leaderboard.memory import jobs_memory_warning  # noqa: E402
 from bench.leaderboard.schedules import (  # noqa: E402
@@ -95,6 +95,7 @@ from core.leaderboard.schedules import RunSchedule  # noqa: E402
 from core.reward.gsm8k import GSM8K_METHODS  # noqa: E402
 
 LOG_TAIL_LINES = 40
+PROCESS_READ_S = 15  # how often nvidia-smi's compute processes are read: a process living 15 s barely shares a GPU
 GRACE_S, EXPORT_S = 40, 20  # with --time-limit-s: a job's overrun before it is stopped; the final export
 MIN_TRAIN_S = 90            # engine start and a first step: a job with less time left is not started
 
@@ -115,6 +116,7 @@ class Job:
     summary: dict = field(default_factory=dict)
     killed_by_driver: bool = False  # past its hard limit (stop)
     error: str | None = None        # a crash's cause where its log names none
+    gpu_processes_seen: int = 0     # the most compute processes nvidia-smi listed on its GPU(s) while it ran
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -410,8 +412,12 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
     queue, running, beat, host = [job for job in jobs if job.status == "queued"], [], time.time(), HostMemory()
     times = JobTimes(args.min_job_s or args.reserve_s + MIN_TRAIN_S, args.reserve_s, earlier_job_seconds(
         [out, *map(Path, args.timings_from)], args.steps, args.runs_per_gpu, set(devices.values()), args.reserve_s))
+    processes_read = 0.0
     while queue or running:
         host.sample()
+        if running and time.time() - processes_read >= PROCESS_READ_S:
+            processes_read = time.time()
+            note_gpu_processes(running, compute_process_counts())
         for job in [job for job in running if job.process.poll() is not None]:
             running.remove(job)
             finish_job(job, jobs, out, uri, devices, SUITES[args.suite].experiment, host)

@@ -62,3 +62,30 @@ def gpu_total_bytes(gpu: str) -> float | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return float(mib[0]) * 2**20 if mib else None
+
+
+def compute_process_counts() -> dict[str, int]:
+    """GPU id -> the compute processes nvidia-smi lists on it now, whoever started them ({} without nvidia-smi):
+    what shared a run's GPU, which the driver's own job count misses when other work runs there too."""
+    try:
+        uuids = dict(line.split(", ") for line in subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid,index", "--format=csv,noheader"], capture_output=True, text=True,
+            check=True).stdout.splitlines() if ", " in line)
+        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader"],
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return {}
+    counts = {index: 0 for index in uuids.values()}
+    for line in apps:
+        index = uuids.get(line.split(", ")[0])
+        if index is not None:
+            counts[index] += 1
+    return counts
+
+
+def note_gpu_processes(running: list, counts: dict[str, int]) -> None:
+    """Raise each running job's `gpu_processes_seen` to what nvidia-smi lists on its GPUs now (a disaggregated
+    job's busiest one)."""
+    for job in running:
+        seen = [counts[gpu] for gpu in job.gpu.split(",") if gpu in counts]
+        job.gpu_processes_seen = max([job.gpu_processes_seen, *seen])

@@ -24,7 +24,7 @@ from core.leaderboard.eval_columns import (
     param_number,
     scored_sources,
 )
-from core.leaderboard.export import AFTER_EVAL_TAG, LeaderboardError, check_unique_seeds
+from core.leaderboard.export import AFTER_EVAL_TAG, GPU_PROCESSES_TAG, LeaderboardError, check_unique_seeds
 from core.leaderboard.ranks_by_step import ranks_by_step_lines
 from core.leaderboard.schedules import schedule_lines, schedule_plots, schedule_records
 from core.leaderboard.seed_stats import SeedStats
@@ -160,6 +160,23 @@ def training_reward(run: dict) -> str:
     return text
 
 
+# reward.gsm8k_method -> what its training reward pays (core/reward/build.py).
+REWARD_LEGENDS = {
+    "strict": "`gsm8k strict, format F`: verl's GSM8K scorer, 1 for `#### N` with the right N, F for `#### N` with a "
+              "wrong N, else 0; ",
+    "flexible": "`gsm8k flexible, format F`: verl's flexible GSM8K scorer, 1 when the last number is the answer, F "
+                "when it is another, else 0; ",
+    "math_verify": "`gsm8k math_verify, format F`: math_verify on the last `\\boxed{}` (else on the final expression), "
+                   "1 when it equals the answer, F when it does not, else 0; ",
+}
+
+
+def reward_legends(runs: list[dict]) -> list[str]:
+    """The legend of each GSM8K training reward the runs used, in REWARD_LEGENDS' order (strict when none is named)."""
+    methods = {run["params"].get("reward.gsm8k_method") for run in runs}
+    return [legend for method, legend in REWARD_LEGENDS.items() if method in methods] or [REWARD_LEGENDS["strict"]]
+
+
 def budget_line(runs: list[dict]) -> str:
     """`key=value` for each BUDGET_KEYS param, the most common value first and the recipes that differ."""
     parts = []
@@ -261,19 +278,19 @@ def _intro(rows: list[RecipeRow]) -> list[str]:
                      "answer); `overlong buffer L`: DAPO's length penalty over the last L tokens before the response "
                      "limit. *suite mean*: a run's mean over the reasoning-gym tasks, each weighing the same.")
     else:
-        lines.append("- *reward*: the training reward. `gsm8k strict, format F`: verl's GSM8K scorer, 1 for `#### N` "
-                     "with the right N, F for `#### N` with a wrong N, else 0; `overlong buffer L`: DAPO's length "
-                     "penalty over the last L tokens before the response limit. The evaluation's graders below give no "
-                     "format credit.")
+        lines.append("- *reward*: the training reward. " + "".join(reward_legends(runs)) + "`overlong buffer L`: "
+                     "DAPO's length penalty over the last L tokens before the response limit. The evaluation's graders "
+                     "below give no format credit.")
     if not suite and any((param_number(run["params"].get("reward.format_score")) or 0) > 0 for run in runs):
         lines.append("- Why a format score: a pretrained model this small is almost never right at first, so a reward "
                      "of right answers alone is all zeros; credit for a well-formed `#### N` gives it a signal to "
                      "learn the answer format from first (published GSM8K recipes use 0.1).")
     devices = sorted({run["tags"]["device"] for run in runs if run.get("tags", {}).get("device")})
     shares = [int(run["tags"]["gpu_share"]) for run in runs if run.get("tags", {}).get("gpu_share")]
+    seen = [int(run["tags"][GPU_PROCESSES_TAG]) for run in runs if run.get("tags", {}).get(GPU_PROCESSES_TAG)]
     if devices or shares:
         lines.append(f"- Hardware: {', '.join(devices) or 'GPU not logged'}; "
-                     + (_sharing(max(shares)) if shares else "")
+                     + (_sharing(max(shares)) if shares else "") + (_processes_seen(max(seen)) if seen else "")
                      + "*GPU-min*: the run's training wall time (MLflow run start to end: model and engine start, "
                        "training, validation; not the final evaluation), each moment divided by the number of "
                        "processes on its GPU then. *s/step*: mean `timing_s/step`"
@@ -394,6 +411,12 @@ def before_after_records(section: BeforeAfter) -> dict:
                  if (records := schedule_records([row for row in section.rows if row.model == model], section.columns))}
     return {"columns": columns, "before": befores, "rows": rows, "runs": runs, "left_out": section.left_out,
             **({"schedules": schedules} if schedules else {})}
+
+
+def _processes_seen(most: int) -> str:
+    # nvidia-smi's count covers the processes the driver did not start (another invocation, a user's job).
+    return (f"nvidia-smi listed up to {most} compute process{'es' if most > 1 else ''} on a run's device while it "
+            "ran, anyone's. ")
 
 
 def _sharing(most: int) -> str:

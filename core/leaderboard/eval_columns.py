@@ -13,6 +13,8 @@ from core.reward.reasoning_gym import is_reasoning_gym
 
 GSM8K_STRICT = "gsm8k strict `#### N`"
 GSM8K_FLEXIBLE = "gsm8k flexible (last number)"
+GSM8K_MATH_VERIFY = "gsm8k math_verify on the last `\\boxed{}`, else the final expression"
+GSM8K_GRADERS = {"strict": GSM8K_STRICT, "flexible": GSM8K_FLEXIBLE, "math_verify": GSM8K_MATH_VERIFY}
 MATH_VERIFY = "math_verify on the last `\\boxed{}`"
 REASONING_GYM_VERIFIER = ("the task's own reasoning-gym verifier (`score_answer`) on the last `<answer>…</answer>`, "
                           "else on the last line (core/reward/reasoning_gym.py); correct = full score")
@@ -58,7 +60,7 @@ def eval_grader(data_source: str, protocol: dict) -> tuple[str, str]:
         return "custom", f"custom function {custom}"
     if data_source in GSM8K_SOURCES:
         method = protocol.get("grader.gsm8k_method") or "strict"
-        return method, GSM8K_STRICT if method == "strict" else GSM8K_FLEXIBLE
+        return method, GSM8K_GRADERS.get(method, f"gsm8k {method}")
     if data_source in MATH_SOURCES:
         return "math_verify", MATH_VERIFY
     if is_reasoning_gym(data_source):

@@ -77,11 +77,12 @@ LOGPROB_DIFF_PREFIX = "rollout/logprob_diff/"
 # Tags a benchmark driver sets on a training run (bench/leaderboard/driver.py):
 STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps, e.g. "time: after step 17 of 25"
 GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when runs share GPUs
-GPU_SHARE_TAG = "gpu_share"         # the most processes that shared the run's GPU at once
+GPU_SHARE_TAG = "gpu_share"         # the most processes of the run's own invocation that shared its GPU at once
+GPU_PROCESSES_TAG = "gpu_processes_seen"  # the most compute processes nvidia-smi listed on its GPU, anyone's
 DEVICE_TAG = "device"               # the GPU's name
 AFTER_EVAL_TAG = "after_eval"       # pending (set before training) | done (every `after` evaluation logged)
 MODEL_SHA_TAG = "model_sha256"      # the pretrained model file a run or evaluation started from (core/models/identity.py)
-BENCH_TAGS = (AFTER_EVAL_TAG, DEVICE_TAG, GPU_SECONDS_TAG, GPU_SHARE_TAG, STOPPED_TAG, MODEL_SHA_TAG)
+BENCH_TAGS = (AFTER_EVAL_TAG, DEVICE_TAG, GPU_SECONDS_TAG, GPU_SHARE_TAG, GPU_PROCESSES_TAG, STOPPED_TAG, MODEL_SHA_TAG)
 
 
 class LeaderboardError(ValueError):

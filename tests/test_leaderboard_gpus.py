@@ -1,0 +1,35 @@
+"""The driver's reading of nvidia-smi: every compute process on a GPU counts, whoever started it."""
+
+import os
+import stat
+from types import SimpleNamespace
+
+from bench.leaderboard.gpus import compute_process_counts, note_gpu_processes
+
+# What `nvidia-smi --query-gpu=uuid,index` and `--query-compute-apps=gpu_uuid,pid` print (csv,noheader) on a host
+# where GPU 0 runs two of the driver's jobs and someone else's process, and GPU 1 one process.
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=uuid,index) printf 'GPU-aaa, 0\\nGPU-bbb, 1\\n' ;;
+  --query-compute-apps=gpu_uuid,pid) printf 'GPU-aaa, 101\\nGPU-aaa, 102\\nGPU-aaa, 7\\nGPU-bbb, 103\\n' ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_compute_processes_are_counted_per_gpu_and_raise_each_job_s_most(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(FAKE_NVIDIA_SMI)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    counts = compute_process_counts()
+    assert counts == {"0": 3, "1": 1}
+    jobs = [SimpleNamespace(gpu="0", gpu_processes_seen=1), SimpleNamespace(gpu="1", gpu_processes_seen=2),
+            SimpleNamespace(gpu="0,1", gpu_processes_seen=0)]
+    note_gpu_processes(jobs, counts)
+    assert [job.gpu_processes_seen for job in jobs] == [3, 2, 3]  # never lowered; a two-GPU job: its busiest
+
+
+def test_no_nvidia_smi_reads_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert compute_process_counts() == {}
