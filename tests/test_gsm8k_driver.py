@@ -428,6 +428,11 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     before = {path: path.read_bytes() for path in results.rglob("*") if path.is_file()}
     assert report.merge_outputs([results / "gsm8k_leaderboard", again], results) == 1
     assert {path: path.read_bytes() for path in results.rglob("*") if path.is_file()} == before
+    # The same runs as a table of their own (--table): its own leaderboard, the GSM8K section's files untouched.
+    assert report.merge_outputs([out], results, table="leaderboard/tiny_gsm8k") == 0
+    own = results / "leaderboard" / "tiny_gsm8k"
+    assert "| grpo | 1 |" in (own / "leaderboard.md").read_text() and (own / "runs.json").is_file()
+    assert {path: path.read_bytes() for path in before} == before
 
 
 def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):

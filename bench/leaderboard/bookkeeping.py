@@ -10,6 +10,7 @@ writes results/gsm8k_leaderboard/runs.json (the runs of every DIR, re-exported f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -276,7 +277,7 @@ def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: 
 
 
 def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = (), suite=None,
-                  before_from: Path | None = None) -> int:
+                  before_from: Path | None = None, table: str | None = None) -> int:
     """Several --out dirs -> results/<suite dir>/{runs.json,README.md,invocations/} and its leaderboard: a section
     of results/leaderboard.* (GSM8K), or results/<suite dir>/leaderboard.* of its own (bench/leaderboard/suites.py).
 
@@ -284,9 +285,12 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     the table; their invocations are listed, marked as not counted, for their timings, and each dir's export
     (`runs.json`: steps, stage times) is kept as `timings/<dir name>.json`. `before_from`: another export whose
     pretrained-model evaluation the table takes as its *before* (a longer budget's runs from the same model file:
-    the table refuses one of another file, as it refuses rows from different starting points).
+    the table refuses one of another file, as it refuses rows from different starting points). `table`: a folder
+    under `results` that holds a table of its own instead of the suite's (the GSM8K suite from another model).
     """
     suite = suite or SUITES["gsm8k"]
+    if table:
+        suite = dataclasses.replace(suite, results_dir=table, own_leaderboard=True)
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
     records = {}
     for folder in [*folders, *timing_only]:

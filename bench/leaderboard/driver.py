@@ -166,6 +166,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timing-only", nargs="+", metavar="DIR", default=[], help="with --merge: list these --out "
                         "dirs' invocations for their timings, but keep their runs (another budget) out of the table")
     parser.add_argument("--results", default=str(REPO / "results"), help="with --merge: the committed results dir")
+    parser.add_argument("--table", metavar="DIR", help="with --merge: a table of its own at --results/DIR (its runs.json, "
+                        "README.md and leaderboard.*), e.g. one suite from another model; default: the suite's")
     parser.add_argument("--before-from", metavar="RUNS_JSON", help="with --merge: take the pretrained model's "
                         "evaluation from this export (a table of another budget from the same model file)")
     args, overrides = parser.parse_known_args(argv)
@@ -459,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         return merge_outputs([Path(folder) for folder in args.merge], Path(args.results),
                              [Path(folder) for folder in args.timing_only], suite,
-                             Path(args.before_from) if args.before_from else None)
+                             Path(args.before_from) if args.before_from else None, args.table)
     started = COMMAND_STARTED if argv is None else time.time()  # a command's clock runs from its process's start
     gpus = gpu_ids(args.gpus)
     check_schedules(args, [job.variant for job in wanted_jobs(args) if job.variant], len([g for g in gpus if g]),
