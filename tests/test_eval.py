@@ -10,7 +10,7 @@ import pytest
 from core.cli import main as cli_main
 from core.data.dataset import read_rows, write_rows
 from core.data.preprocess import preprocess
-from core.eval.evaluate import evaluate, prompt_fingerprints
+from core.eval.evaluate import evaluate, format_report, prompt_fingerprints
 from core.eval.passk import ks_for, pass_at_k
 from core.eval.summary import PromptResult, summarize
 from core.reward.manager import RewardManager
@@ -73,6 +73,17 @@ def test_reference_solutions_score_full_marks_and_wrong_answers_none(benchmark, 
     [(source_name, figures)] = right["results"].items()
     assert figures["pass@1"] == 1.0 and figures["num_prompts"] == len(rows)
     assert wrong["results"][source_name]["pass@1"] == 0.0 and right["reward_errors"] == 0
+
+
+def test_the_report_says_which_answer_formats_the_responses_hold(tmp_path):
+    rows = [{"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "3"}, "prompt": "p",
+             "responses": responses} for responses in (["so \\boxed{3}", "#### 3"], ["three", "\\boxed{4} or 5"])]
+    write_rows(rows, tmp_path / "responses.parquet")
+    with RewardManager(tokenizer=None) as manager:
+        report = evaluate([str(tmp_path / "responses.parquet")], manager, {})
+    # 4 responses: one `####`, two boxes, three with a digit in their tail.
+    assert report["answer_formats"] == {"openai/gsm8k": {"####": 0.25, "\\boxed{}": 0.5, "a last number": 0.75}}
+    assert "openai/gsm8k responses containing: 25.0% ####, 50.0% \\boxed{}, 75.0% a last number" in format_report(report)
 
 
 def arithmetic_rows():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.data.dataset import get_field, read_rows
 from core.eval.summary import PromptResult, summarize
+from core.reward.answer_formats import format_shares
 from core.reward.manager import too_many_errors
 
 GROUND_TRUTH_KEY = "reward_model.ground_truth"
@@ -85,17 +86,29 @@ def evaluate(paths: list[str], reward_manager, grader: dict, max_error_frac: flo
     generation = json.loads(settings.pop()) if len(settings) == 1 else "mixed (files generated with different settings)"
     return {"results": summarize(results), "protocol": {"generation": generation, "grader": grader},
             "files": [str(Path(p)) for p in paths], "prompts_sha256": prompt_fingerprints(rows),
-            "reward_errors": sum(error is not None for error in errors)}
+            "reward_errors": sum(error is not None for error in errors), "answer_formats": answer_formats(rows)}
+
+
+def answer_formats(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per data source, the share of responses holding each answer format (core/reward/answer_formats.py): what
+    the model writes, to hold against what the grader reads."""
+    texts: dict[str, list[str]] = {}
+    for row in rows:
+        texts.setdefault(row["data_source"], []).extend(row["responses"])
+    return {source: format_shares(responses) for source, responses in sorted(texts.items())}
 
 
 def format_report(report: dict) -> str:
-    """A markdown table: one row per data source, mean@n and pass@k columns."""
+    """A markdown table: one row per data source, mean@n and pass@k columns; then the answer formats' shares."""
     results = report["results"]
     columns = sorted({k for figures in results.values() for k in figures if "@" in k}, key=_column_order)
     lines = ["| data source | prompts | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for source, figures in results.items():
         cells = " | ".join(f"{figures[c]:.3f}" if c in figures else "" for c in columns)
         lines.append(f"| {source} | {int(figures['num_prompts'])} | {cells} |")
+    for source, shares in (report.get("answer_formats") or {}).items():
+        written = ", ".join(f"{share:.1%} {label}" for label, share in shares.items())
+        lines.append(f"\n{source} responses containing: {written}")
     return "\n".join(lines)
 
 
