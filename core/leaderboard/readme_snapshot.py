@@ -1,33 +1,48 @@
-"""The README's snapshot of the leaderboards: each ranked reasoning-gym table, one row per recipe.
+"""The leaderboard's generated blocks: the README's headline tables and the docs page's every table, one row per recipe.
 
-    python -m core.leaderboard.readme_snapshot            # rewrite the block in README.md
-    python -m core.leaderboard.readme_snapshot --check    # exit 1 if the block is stale
+    python -m core.leaderboard.readme_snapshot            # rewrite the block in README.md and docs/leaderboard.md
+    python -m core.leaderboard.readme_snapshot --check    # exit 1 if a block is stale
 
 Only the text between `<!-- BEGIN leaderboard-snapshot -->` and `<!-- END leaderboard-snapshot -->` is
-rewritten, from the `leaderboard.json` files of TABLES, which `recipezoo leaderboard report` writes beside each
-full table: so the README's numbers are the leaderboards', never typed by hand.
+rewritten, from the `leaderboard.json` files of each page's tables (PAGES), which `recipezoo leaderboard report`
+writes beside each full table: so the numbers are the leaderboards', never typed by hand.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from core.leaderboard.tables import markdown_table, steps_text
 
 REPO = Path(__file__).resolve().parents[2]
-# (its folder, what it is): the table that ranks first (three groups, the largest gain), then the shorter budget, the
-# stronger model on that suite and on its own, then the one with every recipe.
-TABLES = [("results/reasoning_gym_open_80/reasoning_gym_open", "The open-answer suite, 80 steps"),
-          ("results/reasoning_gym_open_long/reasoning_gym_open", "The open-answer suite, 40 steps"),
-          ("results/reasoning_gym_open_coder/reasoning_gym_open", "The open-answer suite from a stronger model, 64 steps"),
-          ("results/reasoning_gym_coder", "The stronger model's own suite, every task starting at 5–50%, 64 steps"),
-          ("results/reasoning_gym", "The first suite, 16 steps, every recipe")]
 BLOCK = re.compile(r"(<!-- BEGIN leaderboard-snapshot -->\n)(?P<body>.*?)(<!-- END leaderboard-snapshot -->)", re.S)
 SUITE, GSM8K = "suite mean", "openai/gsm8k mean@1 (strict)"
-SNAPSHOT_HEADER = ["recipe", "rank", "reasoning-gym suite mean", "GSM8K strict", "seeds", "steps"]
+REASONING_GYM_COLUMNS = (("reasoning-gym suite mean", SUITE), ("GSM8K strict", GSM8K))
+
+
+class Table(NamedTuple):
+    folder: str  # holds leaderboard.json (read) and leaderboard.md (linked)
+    title: str
+    columns: tuple[tuple[str, str], ...] = REASONING_GYM_COLUMNS  # (header, key of a before_after row), each a cell
+
+
+# The README's tables, in this order: the first leads its leaderboard section (a new headline table goes first here).
+# The table that ranks: three groups, the largest gain.
+HEADLINE = [Table("results/reasoning_gym_open_80/reasoning_gym_open", "The open-answer suite, 80 steps")]
+# docs/leaderboard.md's: the headline, then the shorter budget, the stronger model on that suite and on its own,
+# then the one with every recipe.
+TABLES = [*HEADLINE,
+          Table("results/reasoning_gym_open_long/reasoning_gym_open", "The open-answer suite, 40 steps"),
+          Table("results/reasoning_gym_open_coder/reasoning_gym_open",
+                "The open-answer suite from a stronger model, 64 steps"),
+          Table("results/reasoning_gym_coder", "The stronger model's own suite, every task starting at 5–50%, 64 steps"),
+          Table("results/reasoning_gym", "The first suite, 16 steps, every recipe")]
+PAGES = {"README.md": HEADLINE, "docs/leaderboard.md": TABLES}  # each page (repository path) and what its block shows
 
 
 def before_after(before: float | None, after: dict) -> str:
@@ -37,56 +52,62 @@ def before_after(before: float | None, after: dict) -> str:
     return f"{start} → {after['mean']:.3f} ± {spread}"
 
 
-def render_table(board: dict, folder: str, title: str) -> list[str]:
-    """One table's lines: per pretrained model, recipe, rank, suite mean and GSM8K strict as
-    `before → after mean ± std` (rows of different models are never compared, so never share a table)."""
+def render_table(board: dict, table: Table, page: str = "README.md") -> list[str]:
+    """One table's lines: per pretrained model, recipe, rank and each column as `before → after mean ± std` (rows of
+    different models are never compared, so never share a table). The link to the full table is relative to `page`."""
     section = board["before_after"]
-    lines = ["", f"**{title}** (from `{folder}/leaderboard.json`; the full table, its protocol and budget: "
-             f"[{folder}/leaderboard.md]({folder}/leaderboard.md))"]
+    link = posixpath.relpath(f"{table.folder}/leaderboard.md", posixpath.dirname(page) or ".")
+    lines = ["", f"**{table.title}** (from `{table.folder}/leaderboard.json`; the full table, its protocol and budget: "
+             f"[{table.folder}/leaderboard.md]({link}))"]
+    header = ["recipe", "rank", *(name for name, _ in table.columns), "seeds", "steps"]
     for model in sorted({row["model"] for row in section["rows"]}, key=str.lower, reverse=True):
         before = section["before"].get(model, {})
-        table = [[row["recipe"], row["rank"] or "—", before_after(before.get(SUITE), row[SUITE]),
-                  before_after(before.get(GSM8K), row[GSM8K]), row["seeds"], steps_text(row["steps"])]
-                 for row in section["rows"] if row["model"] == model]
-        lines += ["", f"`{model}`:", "", *markdown_table(SNAPSHOT_HEADER, "lrrrrr", table)]
+        rows = [[row["recipe"], row.get("rank") or "—",
+                 *(before_after(before.get(key), row[key]) for _, key in table.columns),
+                 row["seeds"], steps_text(row["steps"])]
+                for row in section["rows"] if row["model"] == model]
+        lines += ["", f"`{model}`:", "", *markdown_table(header, "l" + "r" * (len(header) - 1), rows)]
     return lines
 
 
-def render_snapshot(boards: list[tuple[dict, str, str]]) -> str:
-    """The block's body: each (board, folder, title) as its tables, then how to read them."""
+def render_snapshot(boards: list[tuple[dict, Table]], page: str = "README.md") -> str:
+    """The block's body: each (board, table) as its tables, then how to read them."""
     lines = ["Generated by `python -m core.leaderboard.readme_snapshot` (do not edit)."]
-    for board, folder, title in boards:
-        lines += render_table(board, folder, title)
+    for board, table in boards:
+        lines += render_table(board, table, page)
     lines += ["", "Each cell is `before → after` RL, after as mean ± std over the seeds; *rank* comes from "
               "Holm-corrected pairwise Welch tests within one model's rows of one table, over the runs that trained "
               "every step (— where fewer than two did), and recipes no test separates share a rank."]
     return "\n".join(lines) + "\n"
 
 
-def updated_readme(readme_text: str, boards: list[tuple[dict, str, str]]) -> str:
-    if not BLOCK.search(readme_text):
-        raise ValueError("README.md has no <!-- BEGIN leaderboard-snapshot --> ... <!-- END leaderboard-snapshot --> block")
-    return BLOCK.sub(lambda match: match.group(1) + render_snapshot(boards) + match.group(3), readme_text)
+def updated_page(text: str, boards: list[tuple[dict, Table]], page: str = "README.md") -> str:
+    if not BLOCK.search(text):
+        raise ValueError(f"{page} has no <!-- BEGIN leaderboard-snapshot --> ... <!-- END leaderboard-snapshot --> block")
+    return BLOCK.sub(lambda match: match.group(1) + render_snapshot(boards, page) + match.group(3), text)
 
 
-def committed_boards() -> list[tuple[dict, str, str]]:
-    return [(json.loads((REPO / folder / "leaderboard.json").read_text(encoding="utf-8")), folder, title)
-            for folder, title in TABLES]
+def committed_boards(tables: list[Table]) -> list[tuple[dict, Table]]:
+    return [(json.loads((REPO / table.folder / "leaderboard.json").read_text(encoding="utf-8")), table)
+            for table in tables]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    readme = REPO / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    updated = updated_readme(text, committed_boards())
-    if "--check" in argv:
-        if updated != text:
-            print("README.md's leaderboard snapshot is stale: run python -m core.leaderboard.readme_snapshot")
-            return 1
-        return 0
-    if updated != text:
-        readme.write_text(updated, encoding="utf-8")
-        print("rewrote README.md's leaderboard snapshot")
+    stale = []
+    for page, tables in PAGES.items():
+        path = REPO / page
+        text = path.read_text(encoding="utf-8")
+        updated = updated_page(text, committed_boards(tables), page)
+        if updated == text:
+            continue
+        stale.append(page)
+        if "--check" not in argv:
+            path.write_text(updated, encoding="utf-8")
+            print(f"rewrote {page}'s leaderboard snapshot")
+    if "--check" in argv and stale:
+        print(f"the leaderboard snapshot of {', '.join(stale)} is stale: run python -m core.leaderboard.readme_snapshot")
+        return 1
     return 0
 
 
