@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from core.leaderboard.before_after import build_before_after, render_before_after, training_reward
-from core.leaderboard.board import build_leaderboard, render_json, render_markdown, write_leaderboard
+from core.leaderboard.board import RECIPE_BASELINES, build_leaderboard, render_json, render_markdown, write_leaderboard
 from core.leaderboard.export import LeaderboardError, load_export, merge_exports
-from core.leaderboard.recipe_readmes import BLOCK, TINY_BLOCK, render_block, render_tiny_block, update_recipe_readmes
+from core.leaderboard.recipe_readmes import BLOCK, TINY_BLOCK, render_block, render_tiny_block, update_gsm8k_readmes
 from core.leaderboard.seed_stats import SeedStats, t_quantile_95
 
 REPO = Path(__file__).resolve().parent.parent
@@ -271,14 +271,21 @@ def test_readme_blocks_are_rewritten_between_their_markers(export, tmp_path):
     readme.write_text("# GRPO\n\nhand-written\n\n<!-- BEGIN gsm8k-leaderboard: grpo drgrpo -->\nold\n"
                       "<!-- END gsm8k-leaderboard -->\n\nafter\n")
     section = build_leaderboard(export).before_after
-    assert update_recipe_readmes(section, tmp_path, "results/gsm8k_leaderboard/runs.json") == [readme]
+    source, table = "results/leaderboard/gsm8k_coder/runs.json", "results/leaderboard/gsm8k_coder"
+    assert update_gsm8k_readmes(section, tmp_path, source, table) == [readme]
     text = readme.read_text()
     assert text.startswith("# GRPO\n\nhand-written\n\n") and text.endswith("<!-- END gsm8k-leaderboard -->\n\nafter\n")
     assert "| grpo | 3 | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ |" in text and "| dapo |" not in text
+    assert "the rows of `results/leaderboard/gsm8k_coder/leaderboard.md`" in text
     assert ("Rerun: `recipezoo leaderboard run --recipes grpo drgrpo --steps 25 --prompts 64 --n 8 "
-            "--max-response 384 --lr 1e-05 --temperature 0.7 --format-score 0.1 --eval-before`") in text
-    assert update_recipe_readmes(section, tmp_path, "results/gsm8k_leaderboard/runs.json") == []  # unchanged
+            "--max-response 384 --lr 1e-05 --temperature 0.7 --train-reward strict --format-score 0.1 "
+            f"--model {MODEL} --eval-before`, then `recipezoo leaderboard merge outputs/gsm8k_leaderboard "
+            "--table leaderboard/gsm8k_coder`.") in text
+    assert update_gsm8k_readmes(section, tmp_path, source, table) == []  # unchanged
     assert render_block(None, ["ppo"], "x").startswith("No runs of `ppo` from a pretrained model on GSM8K")
+    # A recipe with no row yet: the command that makes it, at the table's budget and model.
+    assert f"--format-score 0.1 --model {MODEL} --eval-before` makes them, then" in render_block(section, ["ppo"], source,
+                                                                                                 table)
 
 
 def test_an_export_merged_twice_counts_each_run_once(export):
@@ -297,9 +304,10 @@ def test_a_lora_block_reruns_with_the_driver_s_lora_flag():
             render_block(None, mixed, "x")
 
 
-def committed_section():
-    """The pretrained section of the committed export(s), or None while there is none."""
-    sources = json.loads((REPO / "results" / "leaderboard.json").read_text())["source"].split()
+def committed_section(table=RECIPE_BASELINES):
+    """The pretrained-model section of a committed table (by default the one the recipe READMEs show,
+    core/leaderboard/board.py RECIPE_BASELINES), and the exports it is built from."""
+    sources = json.loads((table / "leaderboard.json").read_text())["source"].split()
     return build_leaderboard(merge_exports([load_export(REPO / path) for path in sources])).before_after, sources
 
 
@@ -310,7 +318,8 @@ def test_committed_recipe_readmes_show_the_committed_rows():
     assert {readme.parent.name for readme, _ in blocks} == {"grpo", "rloo", "remax", "dapo", "ppo", "entropy_cov"}
     shown = " ".join(sources)
     for readme, match in blocks:
-        assert match.group("body") == render_block(section, match.group("recipes").split(), shown), readme
+        expected = render_block(section, match.group("recipes").split(), shown, "results/leaderboard/gsm8k_coder")
+        assert match.group("body") == expected, readme
 
 
 def test_committed_recipe_readmes_show_their_tiny_rows():
@@ -344,7 +353,7 @@ def test_committed_gsm8k_export_makes_the_section_and_its_plot():
     export_path = REPO / "results" / "gsm8k_leaderboard" / "runs.json"
     if not export_path.exists():
         pytest.skip("results/gsm8k_leaderboard/runs.json is not committed yet (recipezoo leaderboard run makes it)")
-    section, sources = committed_section()
+    section, sources = committed_section(REPO / "results")
     assert "results/gsm8k_leaderboard/runs.json" in sources and section is not None
     # The pretrained model's figures head the section; trained recipes join it as their runs are committed
     # (the leaderboard is complete when every variant has a row: issue 13's acceptance, not this test's).

@@ -47,7 +47,7 @@ from core.leaderboard.export import (
     is_task_acc_key,
     per_model_paths,
 )
-from core.leaderboard.recipe_readmes import update_recipe_readmes, update_tool_use_readmes
+from core.leaderboard.recipe_readmes import update_gsm8k_readmes, update_tiny_readmes, update_tool_use_readmes
 from core.leaderboard.schedules import write_schedule_plots
 from core.leaderboard.seed_stats import SeedStats, plot_seed_curves
 from core.leaderboard.suite_rank import SUITE_CURVE_KEY, with_suite_history
@@ -67,6 +67,8 @@ PROTOCOL_SOURCES = {
     "top_p": "rollout.top_p", "grader": "the data_source's scorer",
 }
 REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
+# The table each recipe README's GSM8K block shows (recipe_readmes.py): GSM8K from Qwen2.5-Coder-0.5B-Instruct.
+RECIPE_BASELINES = REPO_RESULTS / "leaderboard" / "gsm8k_coder"
 _SPLIT_NAMES = (("validation", "validation"), ("valid", "validation"), ("val", "validation"),
                 ("test", "test"), ("dev", "dev"), ("train", "train"))
 
@@ -396,9 +398,11 @@ def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path
         written += [plot_pretrained_curves(board.before_after, model, out / plot, befores)
                     for model, plot in pretrained_plots(board.before_after).items()]
         written += write_schedule_plots(board.before_after, out)  # only where rows of several schedules sit
-    if out.resolve() == REPO_RESULTS:  # the committed leaderboard: the recipe READMEs show their rows too
-        changed = update_recipe_readmes(board.before_after, REPO_RESULTS.parent / "recipes", source,
-                                        board.rows, board.tasks)
+    recipes_dir = REPO_RESULTS.parent / "recipes"
+    if out.resolve() == REPO_RESULTS:  # the committed tiny-task table: the recipe READMEs show their rows too
+        written += [Path(_display(path)) for path in update_tiny_readmes(board.rows, board.tasks, recipes_dir, source)]
+    if out.resolve() == RECIPE_BASELINES:  # the recipes' recorded GSM8K baselines
+        changed = update_gsm8k_readmes(board.before_after, recipes_dir, source, _display(out))
         written += [Path(_display(path)) for path in changed]
     if board.tool_use is not None and out.resolve().is_relative_to(REPO_RESULTS):
         board_dir = out.resolve().relative_to(REPO_RESULTS.parent).as_posix()

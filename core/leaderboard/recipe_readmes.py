@@ -1,8 +1,9 @@
 """Each recipe README's own leaderboard rows, rewritten by `recipezoo leaderboard report`.
 
-A README holds generated blocks between markers that name the recipes they show: its rows of the
-pretrained-model section (`gsm8k-leaderboard`), of the tiny-task table (`tiny-leaderboard`) and of the
-tool-use section (`tool-use-leaderboard`, from the leaderboard that holds tool-use runs):
+A README holds generated blocks between markers that name the recipes they show: its rows of the GSM8K
+table every recipe's recorded baseline comes from (`gsm8k-leaderboard`, results/leaderboard/gsm8k_coder: GSM8K
+trained from Qwen2.5-Coder-0.5B-Instruct), of the tiny-task table (`tiny-leaderboard`) and of the tool-use section
+(`tool-use-leaderboard`, from the leaderboard that holds tool-use runs):
 
     <!-- BEGIN gsm8k-leaderboard: grpo drgrpo reinforce_pp -->
     ...generated...
@@ -19,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from core.leaderboard.before_after import BeforeAfter, before_after_cell, row_costs, steps_cell
+from core.leaderboard.export import MODEL_SHA_TAG
 from core.leaderboard.tables import markdown_table, steps_text
 from core.leaderboard.tool_use import ToolUseSection, tool_use_table, validation_interval
 
@@ -33,7 +35,9 @@ LORA_ROW = re.compile(r"(?P<variant>\w+)-lora(?P<rank>\d+)")  # lora_row's names
 TINY_DRIVER = "python bench/tiny_baselines.py"
 BUDGET_FLAGS = (("--steps", "trainer.total_steps"), ("--prompts", "data.train_batch_size"), ("--n", "rollout.n"),
                 ("--max-response", "data.max_response_length"), ("--lr", "actor.lr"),
-                ("--temperature", "rollout.temperature"), ("--format-score", "reward.format_score"))
+                ("--temperature", "rollout.temperature"), ("--test-freq", "trainer.test_freq"),
+                ("--train-reward", "reward.gsm8k_method"),
+                ("--format-score", "reward.format_score"))
 
 
 def lora_row(variant: str, rank: int | None) -> str:
@@ -54,28 +58,41 @@ def selection_flags(recipes: list[str]) -> str:
     return f"--recipes {' '.join(match.group('variant') for match in lora)} --lora-rank {ranks.pop()}"
 
 
-def render_block(section: BeforeAfter | None, recipes: list[str], source: str) -> str:
-    """The block's body: the named recipes' rows (before → after over seeds) and the command that reruns them."""
+def render_block(section: BeforeAfter | None, recipes: list[str], source: str, table: str = "results") -> str:
+    """The block's body: the named recipes' rows (before → after over seeds) of the table in folder `table`, and
+    the command that reruns them (the table's budget and model when the block has no row yet)."""
     rows = [row for row in (section.rows if section else []) if row.recipe in recipes]
-    rerun = f"{DRIVER} {selection_flags(recipes)} --eval-before"
+    rerun = f"{DRIVER} {selection_flags(recipes)}"
+    budget_rows = rows or (section.rows if section else [])
+    rerun += f"{budget_flags(budget_rows)}{model_flags(budget_rows)}" if budget_rows else ""
+    rerun += " --eval-before"
+    merge = f"recipezoo leaderboard merge outputs/gsm8k_leaderboard --table {table.removeprefix('results/')}"
     if not rows:
-        return (f"No runs of {', '.join(f'`{r}`' for r in recipes)} from a pretrained model on GSM8K in the "
-                f"committed export yet; `{rerun}` makes them.\n")
-    rerun = rerun.replace(" --eval-before", f"{budget_flags(rows)} --eval-before")
+        made = f"`{rerun}` makes them" + (f", then `{merge}`" if section else "")
+        return f"No runs of {', '.join(f'`{r}`' for r in recipes)} from a pretrained model on GSM8K in the " \
+               f"committed export yet; {made}.\n"
     several_models = len({row.model for row in rows}) > 1
     header = ["recipe", "seeds", *[column.name for column in section.columns], "steps"]
-    lines = [f"From pretrained `{rows[0].model}` on GSM8K: the rows of `results/leaderboard.md`, generated from "
+    lines = [f"From pretrained `{rows[0].model}` on GSM8K: the rows of `{table}/leaderboard.md`, generated from "
              f"`{source}` by `recipezoo leaderboard report` (do not edit; the budget, the protocol and the other recipes "
              "are there). Each cell is `before → after`, after as mean ± std [95% t-interval] over the seeds.", ""]
-    table = []
+    rendered = []
     for row in rows:
         before = section.befores.get(row.model, {})
-        table.append([f"{row.recipe} ({row.model})" if several_models else row.recipe, len(row.runs),
-                      *[before_after_cell(before.get(column), row.after(column), len(row.runs))
-                        for column in section.columns], steps_cell(row_costs(row))])
-    lines += markdown_table(header, "l" + "r" * (len(header) - 1), table)
-    lines += ["", f"Rerun: `{rerun}` (its table: `outputs/gsm8k_leaderboard/leaderboard.md`)."]
+        rendered.append([f"{row.recipe} ({row.model})" if several_models else row.recipe, len(row.runs),
+                         *[before_after_cell(before.get(column), row.after(column), len(row.runs))
+                           for column in section.columns], steps_cell(row_costs(row))])
+    lines += markdown_table(header, "l" + "r" * (len(header) - 1), rendered)
+    lines += ["", f"Rerun: `{rerun}`, then `{merge}`."]
     return "\n".join(lines) + "\n"
+
+
+def model_flags(rows) -> str:
+    """`--model M --model-sha256 H`: the rows' pretrained model and its file's hash (the driver refuses another)."""
+    model = Counter(row.model for row in rows).most_common(1)[0][0]
+    digests = Counter(member.train_run.get("tags", {}).get(MODEL_SHA_TAG) for row in rows for member in row.runs)
+    digest = digests.most_common(1)[0][0]
+    return f" --model {model}" + (f" --model-sha256 {digest}" if digest else "")
 
 
 def budget_flags(rows) -> str:
@@ -130,16 +147,17 @@ def render_tool_use_block(section: ToolUseSection, recipes: list[str], source: s
     return "\n".join(lines) + "\n"
 
 
-def update_recipe_readmes(section: BeforeAfter | None, recipes_dir: Path, source: str, tiny_rows: list = (),
-                          tiny_tasks: list[str] = ()) -> list[Path]:
-    """Rewrite every gsm8k- and tiny-leaderboard block under `recipes_dir/*/README.md`; returns the READMEs that
-    changed."""
-    def rewrite(text: str) -> str:
-        text = BLOCK.sub(lambda m: m.group(1) + render_block(section, m.group("recipes").split(), source) + m.group(4),
-                         text)
-        return TINY_BLOCK.sub(lambda m: m.group(1) + render_tiny_block(
-            list(tiny_rows), list(tiny_tasks), m.group("recipes").split(), source) + m.group(4), text)
-    return _rewrite_readmes(recipes_dir, rewrite)
+def update_gsm8k_readmes(section: BeforeAfter | None, recipes_dir: Path, source: str, table: str) -> list[Path]:
+    """Rewrite every gsm8k-leaderboard block under `recipes_dir/*/README.md` from the table in folder `table`;
+    returns the READMEs that changed."""
+    return _rewrite_readmes(recipes_dir, lambda text: BLOCK.sub(
+        lambda m: m.group(1) + render_block(section, m.group("recipes").split(), source, table) + m.group(4), text))
+
+
+def update_tiny_readmes(tiny_rows: list, tiny_tasks: list[str], recipes_dir: Path, source: str) -> list[Path]:
+    """Rewrite every tiny-leaderboard block under `recipes_dir/*/README.md`; returns the READMEs that changed."""
+    return _rewrite_readmes(recipes_dir, lambda text: TINY_BLOCK.sub(lambda m: m.group(1) + render_tiny_block(
+        list(tiny_rows), list(tiny_tasks), m.group("recipes").split(), source) + m.group(4), text))
 
 
 def update_tool_use_readmes(section: ToolUseSection, recipes_dir: Path, source: str, out: str) -> list[Path]:
