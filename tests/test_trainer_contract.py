@@ -5,7 +5,8 @@ import textwrap
 import pytest
 import torch
 
-from core.batch import BatchContractError
+from core.algos.actor_loss import OLD_FROM_UPDATE
+from core.batch import Batch, BatchContractError
 from core.cli import load_trainer_class
 from core.config import ConfigError, load_config
 from core.trainer.config_checks import validate_config
@@ -93,6 +94,27 @@ def test_a_single_update_step_skips_the_old_policy_forward_and_trains_the_same(f
     # Two optimizer steps per rollout (the fixture's default) keep the recomputation.
     _, seen_two = _one_update_run(fast_overrides)
     assert "old_log_probs" in seen_two["batch"]
+
+
+def test_with_two_optimizer_steps_only_the_second_mini_batch_gets_an_old_policy_forward(fast_overrides):
+    # 4 prompts × 2 samples, mini-batches of 2 prompts: the first step's 4 rows take π_old from the update's own
+    # forward (ratio 1), the second's 4 rows from a forward before the update, as with full recomputation.
+    trainer, partial = _one_update_run(fast_overrides)
+    _, full = _one_update_run(fast_overrides + ["actor.recompute_old_log_probs=always"])
+    flags = partial["batch"][OLD_FROM_UPDATE]
+    assert flags.tolist() == [True] * 4 + [False] * 4 and OLD_FROM_UPDATE not in full["batch"]
+    assert partial["batch"]["old_log_probs"][:4].abs().sum() == 0  # never read: the loss takes the update's forward
+    assert torch.allclose(partial["batch"]["old_log_probs"][4:], full["batch"]["old_log_probs"][4:], atol=1e-5)
+    assert torch.allclose(partial["batch"]["ref_log_probs"], full["batch"]["ref_log_probs"], atol=1e-5)
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/ppo_kl"):
+        assert partial["metrics"][key] == pytest.approx(full["metrics"][key], rel=1e-4, abs=1e-6), key
+    calls = []
+    original = trainer.actor_rollout.compute_log_probs
+    trainer.actor_rollout.compute_log_probs = lambda b: calls.append(len(b)) or original(b)
+    dropped = ("old_log_probs", "ref_log_probs", OLD_FROM_UPDATE)
+    rollout = Batch({k: v for k, v in partial["batch"].tensors.items() if k not in dropped}, partial["batch"].non_tensors)
+    trainer.compute_log_probs(rollout)
+    assert calls == [4]  # the second mini-batch's rows only
 
 
 def test_bypass_mode_takes_the_old_policy_from_the_rollout_and_runs_no_old_policy_forward(fast_overrides):

@@ -7,9 +7,15 @@ ignorant of which algorithm runs.
 
 from __future__ import annotations
 
+import torch
+
 from core.algos.aggregation import aggregate_loss, local_loss_value
 from core.algos.kl import kl_penalty
 from core.algos.policy_loss import POLICY_LOSSES
+
+# (B,) bool: rows whose π_old is the update's own first forward (BaseTrainer.old_log_probs_from_update): that
+# optimizer step runs on the weights that sampled them, so no forward before the update is needed for them.
+OLD_FROM_UPDATE = "old_log_probs_from_update"
 
 
 def make_actor_loss(actor_cfg, max_response_length: int):
@@ -19,9 +25,11 @@ def make_actor_loss(actor_cfg, max_response_length: int):
     def actor_loss(log_probs, entropy, micro, num_tokens, num_seqs):
         mask = micro["response_mask"]
         normalisers = dict(num_tokens=num_tokens, num_seqs=num_seqs, **agg)
-        # No old_log_probs: the trainer skipped that forward because this update is the only one on
-        # this batch, so π_old is the current forward itself (ratio 1, gradient of the ratio intact).
+        # No old_log_probs (or rows marked OLD_FROM_UPDATE): the trainer skipped their forward because this is
+        # the first optimizer step on them, so π_old is the current forward itself (ratio 1, its gradient intact).
         old_log_probs = micro["old_log_probs"] if "old_log_probs" in micro else log_probs.detach()
+        if OLD_FROM_UPDATE in micro.tensors:
+            old_log_probs = torch.where(micro[OLD_FROM_UPDATE].unsqueeze(-1), log_probs.detach(), old_log_probs)
         pg_loss, pg_metrics = policy_loss(
             log_probs, old_log_probs, micro["advantages"], mask,
             clip_ratio_low=actor_cfg.clip_ratio_low, clip_ratio_high=actor_cfg.clip_ratio_high,

@@ -12,8 +12,10 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import torch
 from omegaconf import OmegaConf
 
+from core.algos.actor_loss import OLD_FROM_UPDATE
 from core.algos.advantages import ADV_ESTIMATORS
 from core.algos.kl import kl_penalty
 from core.algos.rollout_correction import NO_CORRECTION, rollout_correction_weights
@@ -160,13 +162,10 @@ class BaseTrainer:
         bypass = self.config.algorithm.rollout_correction.bypass_mode
         if bypass:  # π_old = the sampling engine's log-probs (its numerics, not the trainer's)
             batch.tensors["old_log_probs"] = batch["rollout_log_probs"]
-        if bypass or self.old_log_probs_from_update(batch):
             if self.uses_reference:
                 batch = batch.union(self.actor_rollout.compute_ref_log_probs(batch), stage="old_log_prob")
         else:
-            batch = batch.union(self.actor_rollout.compute_log_probs(batch), stage="old_log_prob")
-            if self.config.rollout.calculate_log_probs:
-                self.step_metrics.update(logprob_diff_metrics(batch))
+            batch = self.old_policy_log_probs(batch, self.old_log_probs_from_update(batch))
         rewards = batch["token_level_scores"]
         if self.config.algorithm.use_kl_in_reward:
             kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], self.config.algorithm.kl_penalty)
@@ -174,20 +173,51 @@ class BaseTrainer:
         batch.tensors["token_level_rewards"] = rewards
         return batch
 
-    def old_log_probs_from_update(self, batch: Batch) -> bool:
-        """Skip the old-policy forward when the step is one optimizer step over this batch: the update's
-        first forward runs on the very weights that generated it, so π_old is its output, detached.
-        Not with KL in the reward, nor with a rollout correction: both need π_old before the update
-        (`actor.recompute_old_log_probs`)."""
+    def old_policy_log_probs(self, batch: Batch, from_update: int) -> Batch:
+        """π_old (and the reference's log-probs) of `batch`: one forward over every row past the first
+        `from_update`, whose π_old the update's own first forward gives; those rows are marked
+        (OLD_FROM_UPDATE) and their `old_log_probs` hold zeros until the loss replaces them."""
+        if from_update >= len(batch):  # one optimizer step: no old_log_probs at all
+            if self.uses_reference:
+                batch = batch.union(self.actor_rollout.compute_ref_log_probs(batch), stage="old_log_prob")
+            return batch
+        rows = np.arange(len(batch))
+        later = batch.select(rows[from_update:])
+        computed = self.actor_rollout.compute_log_probs(later)
+        if self.config.rollout.calculate_log_probs:
+            self.step_metrics.update(logprob_diff_metrics(later.union(computed, stage="old_log_prob")))
+        if not from_update:
+            return batch.union(computed, stage="old_log_prob")
+        first = {"old_log_probs": computed["old_log_probs"].new_zeros((from_update, *computed["old_log_probs"].shape[1:]))}
+        if self.uses_reference:
+            first["ref_log_probs"] = self.actor_rollout.compute_ref_log_probs(batch.select(rows[:from_update]))[
+                "ref_log_probs"]
+        tensors = {key: torch.cat([first[key], computed[key]]) for key in first}
+        tensors[OLD_FROM_UPDATE] = torch.as_tensor(rows < from_update)  # (B,) bool
+        return batch.union(Batch(tensors), stage="old_log_prob")
+
+    def old_log_probs_from_update(self, batch: Batch) -> int:
+        """How many leading rows of `batch` take π_old from the update's own first forward instead of a forward
+        before it: the first optimizer step runs on the very weights that generated the batch, so π_old of its
+        rows is that forward's output, detached. Every row when one optimizer step covers the batch; the first
+        mini-batch's when several do (each later one needs π_old before the first step changes the weights), under
+        the local controller.
+        None with several epochs, KL in the reward or a rollout correction, which need π_old before the update,
+        nor with `actor.recompute_old_log_probs=always`."""
         actor = self.config.actor
         if actor.recompute_old_log_probs not in ("auto", "always"):
             raise ValueError(f"actor.recompute_old_log_probs={actor.recompute_old_log_probs!r}: expected auto or always")
+        if (actor.recompute_old_log_probs != "auto" or actor.ppo_epochs != 1 or self.config.algorithm.use_kl_in_reward
+                or self.config.algorithm.rollout_correction.mode != NO_CORRECTION):
+            return 0
         # `batch` is this rank's part under torchrun (the whole batch on a Ray driver, whose world is one
         # rank), so it is compared with this rank's share of a mini-batch, as the engine splits it.
-        one_step = actor.ppo_epochs == 1 and len(batch) <= mini_batch_rows(self.config, self.world)
-        return (actor.recompute_old_log_probs == "auto" and one_step
-                and not self.config.algorithm.use_kl_in_reward
-                and self.config.algorithm.rollout_correction.mode == NO_CORRECTION)
+        rows = mini_batch_rows(self.config, self.world)
+        if len(batch) <= rows:
+            return len(batch)
+        # Only where this process's rows are the update's: a Ray group splits the batch among its workers, each
+        # of whose first mini-batch is a slice of its own part, not the batch's first rows.
+        return rows if self.config.trainer.controller == "local" else 0
 
     def correct_off_policy(self, batch: Batch) -> Batch:
         """Importance weights π_old/π_rollout for the policy loss (`algorithm.rollout_correction`): the

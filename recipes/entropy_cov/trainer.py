@@ -16,8 +16,8 @@ from recipes.grpo.trainer import GRPOTrainer
 
 
 class CovTrainer(GRPOTrainer):
-    def old_log_probs_from_update(self, batch) -> bool:
-        return False  # the pick needs π_old's log-probs before the update starts
+    def old_log_probs_from_update(self, batch) -> int:
+        return 0  # the pick needs π_old's log-probs of every row before the update starts
 
     def compute_advantages(self, batch):
         batch = super().compute_advantages(batch)
