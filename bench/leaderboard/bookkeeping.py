@@ -17,8 +17,8 @@ import shutil
 import time
 from pathlib import Path
 
+from bench.common.results_page import table_header
 from bench.leaderboard.suites import SUITES
-from bench.results_page import table_header
 from core.leaderboard.board import build_leaderboard, write_leaderboard
 from core.leaderboard.export import (
     AFTER_EVAL_TAG,

@@ -3,7 +3,7 @@
 # (GAE γ = λ = 1, n=1, 1024 prompts per step, actor lr 1e-6, critic lr 1e-5, no KL).
 # Launch: bash recipes/ppo/run_qwen3_8b.sh
 # Hardware: 1 node × 8 GPUs with 80 GB each (A100/H100 80GB); actor, rollout and critic share them.
-#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale_suite.sh shows the 2-GPU settings).
+#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale/suite.sh shows the 2-GPU settings).
 # Data: prepare GSM8K in verl's schema first:  recipezoo data gsm8k --out $HOME/data/gsm8k
 #       (or set DATA=/path/to/dir holding train.parquet and test.parquet).
 # Check before you launch (offline, no GPU, nothing downloaded):  bash recipes/ppo/run_qwen3_8b.sh --dry-run
