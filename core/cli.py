@@ -95,7 +95,7 @@ def train(args: argparse.Namespace) -> int:
 
 
 def write_plan_json(path: str, plan: dict, config) -> None:
-    """The plan and the resolved config as JSON, for tools that read a dry run (bench/scale_plan.py)."""
+    """The plan and the resolved config as JSON, for tools that read a dry run (bench/scale/plan.py)."""
     import json
 
     from omegaconf import OmegaConf

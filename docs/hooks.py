@@ -2,7 +2,7 @@
 
 - README.md is the home page (index.md); each recipes/<name>/README.md is that recipe's page, followed by its
   config files, launchers and trainer as they are in the repository; results/**/*.md and their plots,
-  bench/README.md and bench/perf_rerun.md are the benchmark pages.
+  bench/README.md and bench/perf/rerun.md are the benchmark pages.
 - reference/config.md is generated from core/config/base.yaml on every build (core/config/reference.py).
 - A relative link is read as a path in the repository, from the file that holds it, and pointed at that
   file's page: `../results/perf/README.md` in docs/benchmarks.md and `results/perf/README.md` in README.md
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `mkdocs build` runs from anywhere; the generator is part of the package
     sys.path.insert(0, str(REPO))
 
-MIRRORED = ("recipes/*/README.md", "results/**/*.md", "results/**/*.png", "bench/README.md", "bench/perf_rerun.md")
+MIRRORED = ("recipes/*/README.md", "results/**/*.md", "results/**/*.png", "bench/README.md", "bench/perf/rerun.md")
 CONFIG_REFERENCE = "reference/config.md"
 LINK = re.compile(r"(?P<head>!?\[[^\]\n]*\]\()(?P<target>[^)\s]+)(?P<tail>(?:\s+\"[^\"]*\")?\))")
 FENCE = re.compile(r"^(```|~~~)", re.M)

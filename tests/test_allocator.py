@@ -1,6 +1,6 @@
 """actor.expandable_segments (core/engine/allocator.py): the training phases' allocator setting, switched on only
 while a colocated vLLM engine sleeps. vLLM's sleep mode needs CUDA, so the engine here is a stand-in that records
-its calls (the setting's effect on memory is measured on GPUs: bench/scale_suite.py)."""
+its calls (the setting's effect on memory is measured on GPUs: bench/scale/suite.py)."""
 
 import pytest
 import torch

@@ -1,18 +1,13 @@
-"""bench/async_suite.py and bench/async_report.py: the suite runs sync and one_step_off on the tiny model and
+"""bench/async_rl/suite.py and bench/async_rl/report.py: the suite runs sync and one_step_off on the tiny model and
 each run's json holds its timeline; a run the time limit stops keeps its steps; the report's arithmetic on made-up
 runs, by hand; what the suite refuses before anything runs."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-import async_report  # noqa: E402
-import async_suite  # noqa: E402
+from bench.async_rl import report as async_report
+from bench.async_rl import suite as async_suite
 
 TINY = ["--controller", "local", "--prompts", "4", "--n", "2", "--response-length", "8", "--steps", "2"]
 

@@ -27,7 +27,7 @@ def test_two_writers_on_an_empty_cache_both_end_with_the_whole_file(tmp_path, mo
     def materialise():
         try:
             results.append(sources.resolve_data_files("embedded://arithmetic", "val", tmp_path))
-        except Exception as error:  # noqa: BLE001 (the test reports whatever the writer raised)
+        except Exception as error:
             errors.append(error)
 
     writers = [threading.Thread(target=materialise) for _ in range(2)]

@@ -220,7 +220,7 @@ def test_a_stopping_run_leaves_its_engine_alone_after_the_signal(random_model_di
 
 
 def test_a_run_stopped_by_a_signal_keeps_the_timeline_of_the_steps_it_made(random_model_dir, tmp_path, capsys):
-    """bench/async_suite.py's time limit stops a run with SIGTERM and reads the steps it made from its timeline,
+    """bench/async_rl/suite.py's time limit stops a run with SIGTERM and reads the steps it made from its timeline,
     which the end of `fit` alone used to write."""
     trainers = write_trainer(tmp_path, SIGNALLED_TRAINERS)
     args = run_args(random_model_dir, tmp_path, "trainer.total_steps=3", "tracking.backends=[console]",

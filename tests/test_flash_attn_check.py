@@ -1,16 +1,13 @@
-"""bench/flash_attn_check.py on CPU: its refusal without a GPU, its packed-offset bookkeeping and per-sequence
+"""bench/verl/flash_attn_check.py on CPU: its refusal without a GPU, its packed-offset bookkeeping and per-sequence
 reference against attention over the whole packed row with a block-diagonal causal mask, and its verdicts."""
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import flash_attn_check as check  # noqa: E402
+from bench.verl import flash_attn_check as check
 
 
 def test_without_cuda_it_refuses_in_one_line(monkeypatch, capsys):

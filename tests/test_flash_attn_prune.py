@@ -1,6 +1,6 @@
-"""bench/flash_attn_prune.py on a tree laid out as flash-attn 2.8.3's sdist (setup.py's 72 kernel files, the two
+"""bench/verl/flash_attn_prune.py on a tree laid out as flash-attn 2.8.3's sdist (setup.py's 72 kernel files, the two
 dispatch macros of static_switch.h as that release writes them): what it keeps, what the macros become, and that
-bad input writes nothing. The CUDA build itself needs nvcc and a GPU (bench/build_flash_attn.sh --head-dim)."""
+bad input writes nothing. The CUDA build itself needs nvcc and a GPU (bench/verl/build_flash_attn.sh --head-dim)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.flash_attn_prune import HEAD_DIMS, PruneError, main, prune_tree
+from bench.verl.flash_attn_prune import HEAD_DIMS, PruneError, main, prune_tree
 
 KERNELS = [f"flash_{kind}_hdim{dim}_{dtype}{causal}_sm80.cu" for kind in ("fwd", "bwd", "fwd_split")
            for causal in ("", "_causal") for dim in HEAD_DIMS for dtype in ("fp16", "bf16")]
@@ -71,7 +71,7 @@ def test_bad_input_writes_nothing(tree, capsys):
 
 
 def test_build_script_picks_the_wheel_its_head_dim_asks_for(tmp_path):
-    """bench/build_flash_attn.sh installs a wheel already in --wheel-dir that fits the env: a pruned one (hdimD)
+    """bench/verl/build_flash_attn.sh installs a wheel already in --wheel-dir that fits the env: a pruned one (hdimD)
     only under --head-dim D, where a full one serves too. A stand-in python answers the env's tags and logs pip."""
     fake = tmp_path / "python"
     fake.write_text('#!/bin/sh\nif [ "$1" = -m ]; then echo "$@" >> "$(dirname "$0")/pip.log"; exit 0; fi\n'
@@ -82,7 +82,7 @@ def test_build_script_picks_the_wheel_its_head_dim_asks_for(tmp_path):
     tag = "-cp312-cp312-linux_x86_64.whl"
     for local in ("cu130torch2.11sm90hdim128bf16", "cu130torch2.11sm90hdim64bf16"):
         (wheels / f"flash_attn-2.8.3+{local}{tag}").touch()
-    script = Path(__file__).parent.parent / "bench" / "build_flash_attn.sh"
+    script = Path(__file__).parent.parent / "bench" / "verl" / "build_flash_attn.sh"
 
     def installed(*args: str) -> str:
         (tmp_path / "pip.log").unlink(missing_ok=True)

@@ -34,7 +34,6 @@ from core.rollout.base import RolloutBackend, assemble_rollout, response_mask_fr
 from tests.helpers_tokenizer import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 from bench.leaderboard import bookkeeping as report  # noqa: E402
 from bench.leaderboard import driver  # noqa: E402
 from bench.leaderboard import job as worker  # noqa: E402
@@ -129,7 +128,6 @@ def test_generate_responses_uses_a_given_engine_and_labels_the_policy(tmp_path):
     assert rows[0]["generation"]["model"] == "base after grpo (run x)" and rows[0]["generation"]["n"] == 2
     with pytest.raises(ValueError, match="both rollout and tokenizer"):
         generate_responses(spec, tmp_path / "x.parquet", rollout=rollout)
-
 
 
 # ---- bench/leaderboard/driver.py: jobs, configs, GPU time ------------------------------------------------------
@@ -248,7 +246,6 @@ def test_only_counted_runs_reach_the_table():
     lines = left_out_lines(export, invocations)
     assert len(lines) == 8 and lines[-1] == ("- drgrpo-seed0 of the invocation started 2026-12-01 20:25:11: its job "
                                              "crashed (exit -15), no finished run")
-
 
 
 def test_the_readme_says_which_runs_of_each_invocation_count():

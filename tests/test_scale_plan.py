@@ -1,5 +1,5 @@
-"""The 8-GPU plan without a GPU: bench/scale_plan.py runs both scripts' own dry runs, the per-GPU memory
-arithmetic matches a hand computation, and bench/scale_report.py renders the plan from committed json."""
+"""The 8-GPU plan without a GPU: bench/scale/plan.py runs both scripts' own dry runs, the per-GPU memory
+arithmetic matches a hand computation, and bench/scale/report.py renders the plan from committed json."""
 
 import json
 import shutil
@@ -11,7 +11,6 @@ import pytest
 from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 
 from core.trainer.memory_estimate import (  # noqa: E402
     GIB,
@@ -137,7 +136,7 @@ def test_micro_batch_token_budget_within_a_limit_by_hand():
     assert micro_batch_tokens_within(found, fixed / 2, cached=True) == 0  # the state alone is over the limit
 
 
-# Issue 35's peaks on H200s (nvidia-smi, GiB of 140.4; random-init Qwen3-8B at bench/scale_suite.py's settings,
+# Issue 35's peaks on H200s (nvidia-smi, GiB of 140.4; random-init Qwen3-8B at bench/scale/suite.py's settings,
 # rollout.gpu_memory_utilization=0.35, GSM8K's prompts: 82.6 tokens on average): the fullest GPU of each run.
 MEASURED_H200 = [  # recipe, GPUs, (rollout.n, mini-batch prompts, micro-batch rows, response), reference, critic,
     # actor.expandable_segments, GiB
@@ -196,7 +195,7 @@ def gsm8k_parquet(tmp_path_factory):
 
 
 def test_plan_runs_both_scripts_at_8_gpus_under_both_controllers(gsm8k_parquet, tmp_path):
-    from scale_plan import main
+    from bench.scale.plan import main
 
     out = tmp_path / "out"
     main(["--recipes", "dapo", "grpo", "--gpus", "--full-gpus", "8", "--data", str(gsm8k_parquet),
@@ -223,7 +222,7 @@ def test_plan_runs_both_scripts_at_8_gpus_under_both_controllers(gsm8k_parquet, 
 def test_plan_of_a_tagged_suite_run_has_its_overrides_name_and_settings(given, gsm8k_parquet, tmp_path):
     """A plan made with `--tag expandable actor.expandable_segments=true`, as the runs were before expandable
     segments became the scaled settings' default, and one made with neither: the same plan."""
-    from scale_plan import main
+    from bench.scale.plan import main
 
     out = tmp_path / "out"
     main(["--recipes", "grpo", "--controllers", "torchrun", "--gpus", "2", "--full-gpus", "--data", str(gsm8k_parquet),
@@ -239,7 +238,7 @@ def test_plan_of_a_tagged_suite_run_has_its_overrides_name_and_settings(given, g
 def test_report_sets_each_measured_run_beside_the_plan_of_its_settings(tmp_path):
     """The ReMax runs on 2 H200s with and without expandable segments: each beside its own plan (the plain plan
     counts the allocator's cached blocks, the tagged one does not)."""
-    from scale_report import build_readme
+    from bench.scale.report import build_readme
 
     for name in ("remax_qwen3-8b_2gpu_torchrun.json", "remax_qwen3-8b_2gpu_torchrun_expandable.json",
                  "plan_remax_qwen3-8b_2gpu_torchrun.json", "plan_remax_qwen3-8b_2gpu_torchrun_expandable.json"):
@@ -251,7 +250,7 @@ def test_report_sets_each_measured_run_beside_the_plan_of_its_settings(tmp_path)
 
 
 def test_report_renders_the_plan_and_verl_sections_from_committed_json(tmp_path):
-    from scale_report import build_readme
+    from bench.scale.report import build_readme
 
     for name in ("plan_dapo_qwen3-8b_8gpu_torchrun.json", "plan_grpo_qwen3-8b_8gpu_torchrun.json"):
         shutil.copy(ROOT / "results/scale" / name, tmp_path / name)
@@ -266,7 +265,7 @@ def test_report_renders_the_plan_and_verl_sections_from_committed_json(tmp_path)
 
 
 def test_report_scaling_compares_8_with_2_gpus():
-    from scale_report import scaling
+    from bench.scale.report import scaling
 
     def run(gpus, generated, trained):
         return {"recipe": "dapo", "controller": "ray", "gpus": gpus, "generated_tokens_per_s_per_gpu": generated,
@@ -278,7 +277,7 @@ def test_report_scaling_compares_8_with_2_gpus():
 
 
 def test_report_coverage_counts_runs_and_names_the_missing_cells():
-    from scale_report import coverage
+    from bench.scale.report import coverage
 
     def run(recipe, gpus, controller, step_s):
         return {"recipe": recipe, "gpus": gpus, "controller": controller, "median_step_s": step_s}

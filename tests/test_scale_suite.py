@@ -1,4 +1,4 @@
-"""bench/scale_suite.py's arithmetic (hand-computed) and the overrides it hands every recipe script,
+"""bench/scale/suite.py's arithmetic (hand-computed) and the overrides it hands every recipe script,
 checked against the real config and dry run (no GPU: the suite itself runs on GPU nodes)."""
 
 import contextlib
@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 
-from scale_suite import (  # noqa: E402
+from bench.scale.suite import (  # noqa: E402
     PROMPTS_PER_GPU,
     finished_steps,
     parse_args,
@@ -72,7 +71,7 @@ def test_every_recipe_script_accepts_the_suite_overrides_at_two_gpus(recipe, tmp
 def test_the_time_limit_stops_the_whole_process_tree_and_keeps_the_run(tmp_path):
     """A real shell whose child outlives it unless its session is killed (as torchrun's ranks and vLLM's
     engines would): the limit stops both, and the caller gets stopped=True instead of an exception."""
-    from gpu_memory import run_logged, run_logged_until
+    from bench.common.gpu_memory import run_logged, run_logged_until
 
     pid_file = tmp_path / "child.pid"
     command = ["bash", "-c", f"sleep 60 & echo $! > {pid_file}; echo started; wait"]
@@ -88,7 +87,7 @@ def test_the_time_limit_stops_the_whole_process_tree_and_keeps_the_run(tmp_path)
 def test_the_time_limit_kills_a_grandchild_that_started_a_session_of_its_own(tmp_path):
     """As torchrun's elastic agent starts each rank (start_new_session=True): killing the run's process group
     alone left the ranks alive on a GPU node, hung in NCCL and holding the GPUs for every later run."""
-    from gpu_memory import run_logged_until
+    from bench.common.gpu_memory import run_logged_until
 
     pid_file = tmp_path / "rank.pid"
     rank = f"echo $$ > {pid_file}.part && mv {pid_file}.part {pid_file} && exec sleep 300"
@@ -128,7 +127,7 @@ time.sleep(300)
 def test_a_grace_lets_the_run_stop_on_sigterm_and_still_kills_what_it_left(tmp_path):
     """The trainer writes its timeline on SIGTERM: the run gets it, its engine does not, and the children it
     leaves behind when it exits (now init's, out of its tree) are killed all the same."""
-    from gpu_memory import run_logged_until
+    from bench.common.gpu_memory import run_logged_until
 
     (tmp_path / "run.py").write_text(GRACEFUL_RUN)
     wall, _, stopped = run_logged_until("graceful", [sys.executable, "run.py", NOTES_SIGTERM], tmp_path / "run.log",
@@ -141,7 +140,7 @@ def test_a_grace_lets_the_run_stop_on_sigterm_and_still_kills_what_it_left(tmp_p
 
 
 def test_a_run_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
-    from gpu_memory import run_logged_until
+    from bench.common.gpu_memory import run_logged_until
 
     wall, _, stopped = run_logged_until("deaf", [sys.executable, "-c", NOTES_SIGTERM, "term"], tmp_path / "deaf.log",
                                         cwd=tmp_path, timeout_s=3, grace_s=2)
@@ -171,7 +170,7 @@ def test_a_run_stopped_before_its_mlflow_run_opened_has_no_steps(tmp_path, monke
 
 
 def test_the_report_says_where_the_time_limit_stopped_a_run():
-    from scale_report import step_cell
+    from bench.scale.report import step_cell
 
     assert step_cell({"median_step_s": 72.04, "stopped_by_time_limit": "after step 2 of 3"}) == \
         "72.0 (stopped by the time limit after step 2 of 3)"
@@ -212,7 +211,7 @@ def test_a_tagged_run_is_named_apart_from_the_untagged_one():
 
 
 def test_the_report_table_states_each_runs_start():
-    from scale_report import table
+    from bench.scale.report import table
 
     run = {"recipe": "grpo", "gpus": 2, "controller": "ray", "settings": "scaled", "median_step_s": 46.6,
            "start_s": {"ray_init": 10.1, "total": 148.48}, "stages_s": {"gen": 14.4}, "peak_memory_gib": [126.2, 135.7],
@@ -238,7 +237,7 @@ def test_a_step_target_says_what_update_mfu_it_needs():
     """A 60 s DAPO step: update 30 s at 40% MFU (12 s at 100%), old-policy pass 8 s, so the rest is 22 s. At 45%
     MFU the update takes 12 / 0.45 = 26.7 s: 48.7 s without the old-policy pass. A 45 s step leaves the update
     45 − 22 = 23 s: 12 / 23 = 52% MFU. A rest of 50 s alone exceeds 45: unreachable."""
-    from scale_report import step_targets
+    from bench.scale.report import step_targets
 
     run = {"recipe": "dapo", "gpus": 2, "controller": "torchrun", "median_step_s": 60.0, "update_mfu": 0.4,
            "stages_s": {"update_actor": 30.0, "old_log_prob": 8.0}}

@@ -221,7 +221,7 @@ LEARN_STEPS, MIN_GAIN = 20, 0.04
 def test_one_step_off_raises_held_out_accuracy_on_the_tiny_task(tmp_path):
     """On the warm-started tiny model, 20 one-step-off GRPO steps gain at least `MIN_GAIN` of held-out
     accuracy (0.656 -> 0.711 with this seed; at 10 steps the gain ranged from +0.008 to +0.086 between
-    machines whose CPU kernels warm-start the model slightly differently). `python bench/async_tiny.py` puts
+    machines whose CPU kernels warm-start the model slightly differently). `python -m bench.async_rl.tiny` puts
     both schedules' gains side by side over three seeds (results/async/tiny_cpu.md)."""
     threads = torch.get_num_threads()  # trainer.num_threads=1 sets it for the whole process, as the bench runs
     try:

@@ -1,17 +1,16 @@
-"""bench/sglang_report.py (the SGLang section of results/perf/README.md) from SYNTHETIC json files: the numbers
+"""bench/perf/sglang_report.py (the SGLang section of results/perf/README.md) from SYNTHETIC json files: the numbers
 below are made up to pin the table's arithmetic and layout, and are written to tmp_path only, never to results/.
-The real files come from bench/sglang_suite.sh on a GPU."""
+The real files come from bench/perf/sglang_suite.sh on a GPU."""
 
 import json
 import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.perf import report as perf_report
+from bench.perf import sglang_report
 
-import perf_report  # noqa: E402
-import sglang_report  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def synthetic_run(backend: str, model: str, raw: list[float], ours: list[float]) -> dict:
@@ -19,7 +18,7 @@ def synthetic_run(backend: str, model: str, raw: list[float], ours: list[float])
     calls = [1.0, 1.0] + [0.5] * (len(raw) + len(ours))  # warm-ups, then every round's engine calls
     return {"engine_generate_s": calls, "backend": backend, "model": model, "device": "SYNTHETIC GPU",
             "engine_version": "0.0.0", "torch": "0.0",
-            "command": f"python bench/sglang_rollout.py --backend {backend} --name {model}", "prompts": 4,
+            "command": f"python -m bench.perf.sglang_rollout --backend {backend} --name {model}", "prompts": 4,
             "prompt_len": 8, "new_tokens": 16, "engine_start_s": 30.0, "sampling": "temperature 1.0",
             "tokens_per_s": {raw_name: raw, ours_name: ours}, "ours_over_raw": sorted(ours)[1] / sorted(raw)[1],
             "sleep": {"freed_gib": 30.5}, "weight_sync": {"bytes": 2.0e9, "seconds": [0.5, 0.4], "gb_per_s": 5.0}}

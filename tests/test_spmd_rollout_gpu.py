@@ -5,7 +5,6 @@ GPU 0 and the second died for lack of KV-cache memory."""
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2 or shutil.which("n
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     pytest.importorskip("vllm")
-    sys.path.insert(0, str(ROOT / "bench"))
-    from scale_suite import model_dir as make_model_dir
+    from bench.scale.suite import model_dir as make_model_dir
 
     return make_model_dir(ROOT / "bench/configs/qwen3-0.6b", tmp_path_factory.mktemp("spmd"))
 

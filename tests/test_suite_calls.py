@@ -1,4 +1,4 @@
-"""bench/suite_calls.py: which suite call wrote each result file, and the one-line errors of its command."""
+"""bench/common/suite_calls.py: which suite call wrote each result file, and the one-line errors of its command."""
 
 import json
 import os
@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 
-from suite_calls import calls, record, same_call, separation  # noqa: E402
+from bench.common.suite_calls import calls, record, same_call, separation  # noqa: E402
 
 
 def run(*args, cwd):
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "suite_calls.py"), *args], cwd=cwd,
-                          capture_output=True, text=True)
+    # From another folder: the repo root on PYTHONPATH, as the suites run it from the root.
+    return subprocess.run([sys.executable, "-m", "bench.common.suite_calls", *args], cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
 
 
 def test_files_of_one_call_compare_and_a_file_without_an_entry_is_from_another(tmp_path):

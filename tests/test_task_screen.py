@@ -1,4 +1,4 @@
-"""bench/task_screen.py: each reasoning-gym task at its curriculum's easiest level, and the table that says which
+"""bench/leaderboard/task_screen.py: each reasoning-gym task at its curriculum's easiest level, and the table that says which
 tasks a suite can use. The generation is real (reasoning-gym); the model's accuracies are given, as `recipezoo eval`
 (tested on its own) would write them."""
 
@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from bench.task_screen import BAND, easiest_settings, main, screen_table, write_screen_data  # noqa: E402
-from core.data.dataset import read_rows  # noqa: E402
-from core.data.reasoning_gym import answer_in_question_share, constant_answer  # noqa: E402
+from bench.leaderboard.task_screen import BAND, easiest_settings, main, screen_table, write_screen_data
+from core.data.dataset import read_rows
+from core.data.reasoning_gym import answer_in_question_share, constant_answer
 
 
 def test_the_easiest_level_is_the_curriculums_level_zero_and_generates():

@@ -68,7 +68,7 @@ def test_readme_block_shows_the_rows_and_reruns_at_their_budget(tmp_path):
     assert update_tool_use_readmes(section, tmp_path, "results/tool_use/runs.json", "results/tool_use") == [readme]
     text = readme.read_text()
     assert "| tool_use_grpo | embedded://tiny-calc | 3 | 0.000 → 0.950 ± 0.050 [0.826, 1.074] ↑ |" in text
-    assert ("Rerun: `python bench/tiny_baselines.py --variants tool_use_grpo --seeds 0 1 2 --steps 20 "
+    assert ("Rerun: `python -m bench.leaderboard.tiny_baselines --variants tool_use_grpo --seeds 0 1 2 --steps 20 "
             "--test-freq 10`") in text
     assert text.endswith("<!-- END tool-use-leaderboard -->\n\nafter\n")
     assert update_tool_use_readmes(section, tmp_path, "results/tool_use/runs.json", "results/tool_use") == []

@@ -1,15 +1,13 @@
-"""bench/tool_use_report.py (results/tool_use/gpu/README.md): its arithmetic on SYNTHETIC runs written to tmp_path
+"""bench/tool_use/report.py (results/tool_use/gpu/README.md): its arithmetic on SYNTHETIC runs written to tmp_path
 (made-up numbers, never written to results/), and the committed page regenerated from the committed json files."""
 
 import json
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.tool_use import report as tool_use_report
 
-import tool_use_report  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def synthetic_step(step: int, seconds: float, **metrics) -> dict:
@@ -22,7 +20,7 @@ def write_run(root: Path, name: str, steps: list[dict]) -> None:
     (root / name).mkdir()
     (root / name / "grpo.json").write_text(json.dumps({
         "device": "SYNTHETIC GPU", "model_dir": "m", "steps": steps, "peak_memory_gib": [40.0],
-        "command": f"python bench/grpo_vllm_gpu.py --out {name}"}))
+        "command": f"python -m bench.common.grpo_vllm_gpu --out {name}"}))
 
 
 def test_times_are_medians_after_the_first_step_and_the_tool_columns_are_the_tool_runs(tmp_path):

@@ -1,4 +1,4 @@
-"""bench/train_mfu_gpu.py on CPU: its loss config matches what the actor loss reads (the bench had fallen behind
+"""bench/perf/train_mfu_gpu.py on CPU: its loss config matches what the actor loss reads (the bench had fallen behind
 KL-Cov's coefficient and failed on the GPU at its first update), and `--num-layers` refuses a count the config
 cannot give before anything starts. The MFU numbers themselves come only from a GPU (results/perf)."""
 
@@ -9,10 +9,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 
-from train_mfu_gpu import ACTOR, rl_batch  # noqa: E402
-
+from bench.perf.train_mfu_gpu import ACTOR, rl_batch  # noqa: E402
 from core.algos.actor_loss import make_actor_loss  # noqa: E402
 
 
@@ -26,7 +24,7 @@ def test_the_bench_actor_config_drives_the_actor_loss():
 
 
 def test_num_layers_beyond_the_config_is_one_line():
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "train_mfu_gpu.py"), "--config-dir",
+    result = subprocess.run([sys.executable, "-m", "bench.perf.train_mfu_gpu", "--config-dir",
                              str(ROOT / "bench" / "configs" / "qwen3-0.6b"), "--name", "x", "--out", "/nonexistent",
                              "--num-layers", "99"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 2
@@ -34,7 +32,7 @@ def test_num_layers_beyond_the_config_is_one_line():
 
 
 def test_an_unknown_variant_is_one_line_before_the_gpu_is_touched():
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "train_mfu_gpu.py"), "--config-dir",
+    result = subprocess.run([sys.executable, "-m", "bench.perf.train_mfu_gpu", "--config-dir",
                              str(ROOT / "bench" / "configs" / "qwen3-0.6b"), "--name", "x", "--out", "/nonexistent",
                              "--variants", "ours_compiled_ckpt6@8192,ours_fast"], capture_output=True, text=True,
                             cwd=ROOT)

@@ -1,20 +1,16 @@
 """The verl side-by-side bench on CPU: the report's table from synthetic runs (made up here, never results),
-verl's metric log parsed, and bench/verl_grpo_gpu.py's overrides composed against verl's real Hydra config
+verl's metric log parsed, and bench/verl/grpo_gpu.py's overrides composed against verl's real Hydra config
 (skipped where verl is not installed: it lives in its own environment, bench/requirements-verl.txt)."""
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-from suite_calls import record  # noqa: E402
-from verl_grpo_gpu import SHAPES, WITHOUT_FLASH_ATTN, compose, packing_on, read_steps, token_budgets, verl_overrides  # noqa: E402
-from verl_report import verl_section, write_verl_plot  # noqa: E402
+from bench.common.suite_calls import record  # noqa: E402
+from bench.verl.grpo_gpu import SHAPES, WITHOUT_FLASH_ATTN, compose, packing_on, read_steps, token_budgets, verl_overrides  # noqa: E402
+from bench.verl.report import verl_section, write_verl_plot  # noqa: E402
 
 needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None or importlib.util.find_spec("hydra") is None,
                                 reason="verl is installed in its own environment (bench/requirements-verl.txt)")
@@ -86,7 +82,7 @@ def test_a_failed_verl_run_shows_its_error_and_ours_still_has_its_column(synthet
     text = "\n".join(verl_section(synthetic_runs))
     dapo = text[text.index("One DAPO step"):]
     assert "| stage (s) | ours | verl |" in dapo
-    assert "| **step** | **60.00** | — |" in dapo  # bench/scale_suite.py's {"<step>": metrics}, sorted by step
+    assert "| **step** | **60.00** | — |" in dapo  # bench/scale/suite.py's {"<step>": metrics}, sorted by step
     assert "| peak GPU memory (GiB) | 71.0 | 139.6 |" in dapo
     assert "verl (dapo8b_verl.json) did not finish: `exit 1: Traceback / torch.OutOfMemoryError: CUDA out of memory`" in dapo
 
@@ -213,7 +209,7 @@ def test_dapo8b_overrides_compose_to_the_scale_suites_dapo_step(tmp_path):
     assert config["algorithm"]["filter_groups"]["enable"] and config["reward"]["reward_manager"]["name"] == "dapo"
     assert config["reward"]["reward_kwargs"] == {"overlong_buffer_cfg": {
         "enable": True, "len": 512, "penalty_factor": 1.0, "log": False}, "max_resp_len": 2048}
-    assert Path(config["reward"]["custom_reward_function"]["path"]).is_file()  # bench/varied_reward.py
+    assert Path(config["reward"]["custom_reward_function"]["path"]).is_file()  # bench/common/varied_reward.py
     assert config["actor_rollout_ref"]["model"]["enable_gradient_checkpointing"]
     assert config["trainer"]["n_gpus_per_node"] == 2 and rollout["gpu_memory_utilization"] == 0.35
 

@@ -1,4 +1,4 @@
-"""bench/verl_flash.sh, the flash-attn step of bench/verl_suite.sh, with a fake verl interpreter and a fake build
+"""bench/verl/flash.sh, the flash-attn step of bench/verl/suite.sh, with a fake verl interpreter and a fake build
 (the real ones need nvcc and a GPU): the build starts in the background only where flash-attn is missing, verl's
 packing waits for it, then follows the GPU check, and --packing on refuses to run verl padded."""
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FAKE_PY = """#!/usr/bin/env bash
 if [ "$1" = -c ]; then [ -f "$FAKE/installed" ]; exit; fi
-if [ "$1" = bench/flash_attn_check.py ]; then
+if [ "$1 $2" = "-m bench.verl.flash_attn_check" ]; then
     echo "flash-attn fake, GPU $CUDA_VISIBLE_DEVICES"
     if [ -f "$FAKE/check_ok" ]; then echo "flash_attn_check: pass"; exit 0; fi
     echo "flash_attn_check: FAIL"; exit 1
@@ -47,7 +47,7 @@ def run(fake: Path, packing: str, *, wheels: bool = True, head_dim: str = "128")
     env = {**os.environ, "FAKE": str(fake), "VERL_PY": str(fake / "python"), "PACKING": packing,
            "WHEELS": str(fake / "wheels") if wheels else "", "FLASH_HEAD_DIM": head_dim, "CHECK_GPU": "3",
            "CHECK_OUT": str(fake / "check.txt"), "FLASH_BUILD": str(fake / "build.sh"), "FLASH_POLL_S": "1"}
-    script = "set -uo pipefail; source bench/verl_flash.sh; flash_build_start; verl_packing"
+    script = "set -uo pipefail; source bench/verl/flash.sh; flash_build_start; verl_packing"
     return subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 

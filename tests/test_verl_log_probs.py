@@ -1,4 +1,4 @@
-"""bench/verl_log_probs.py on CPU: verl 0.9.1's actor worker, through its padded path (no flash-attn here) in fp32,
+"""bench/verl/log_probs.py on CPU: verl 0.9.1's actor worker, through its padded path (no flash-attn here) in fp32,
 gives the tiny model's own log-softmax of the saved batch's responses (skipped where verl is not importable)."""
 
 import importlib.util
@@ -33,9 +33,9 @@ def test_verls_actor_gives_the_models_own_log_softmax_of_the_responses(tmp_path)
     batch.tensors["token_level_rewards"] = torch.zeros(batch["response_mask"].shape)
     batch.non_tensors["uid"] = np.array([str(row // 2) for row in range(len(batch))], dtype=object)
     save_batch(batch, tmp_path / "batch.pt")
-    done = subprocess.run([sys.executable, str(ROOT / "bench/verl_log_probs.py"), "--batch", str(tmp_path / "batch.pt"),
+    done = subprocess.run([sys.executable, "-m", "bench.verl.log_probs", "--batch", str(tmp_path / "batch.pt"),
                            "--model-dir", str(tmp_path / "model"), "--shape", "dapo8b", "--packing", "off", "--fp32",
-                           "--out", str(tmp_path / "verl.pt")], cwd=tmp_path, capture_output=True, text=True,
+                           "--out", str(tmp_path / "verl.pt")], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     verl = torch.load(tmp_path / "verl.pt", weights_only=True)

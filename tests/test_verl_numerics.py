@@ -1,4 +1,4 @@
-"""bench/verl_numerics.py on CPU: our side on the tiny model's saved batch, the diff bookkeeping, a hand-computed
+"""bench/verl/numerics.py on CPU: our side on the tiny model's saved batch, the diff bookkeeping, a hand-computed
 advantage and loss, and verl's core_algos beside ours (skipped where verl is not importable). The batch file's own
 round trip is tests/test_save_batch.py's."""
 
@@ -11,13 +11,12 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 # By file, not as `tests.helpers_policy`: verl's wheel installs a top-level `tests` package of its own.
 sys.path.insert(0, str(ROOT / "tests"))
 
-import verl_numerics as numerics  # noqa: E402
 from helpers_policy import sampled_batch, tiny_policy  # noqa: E402
 
+from bench.verl import numerics  # noqa: E402
 from core.batch import Batch  # noqa: E402
 from core.data.batch_file import load_batch, save_batch  # noqa: E402
 from core.models.tiny import build_tiny_tokenizer  # noqa: E402

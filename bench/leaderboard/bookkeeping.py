@@ -18,9 +18,9 @@ import shutil
 import time
 from pathlib import Path
 
+from bench.common.results_page import table_header
 from bench.leaderboard.left_out import left_out_lines, left_out_runs, stopped_too_short
 from bench.leaderboard.suites import SUITES
-from bench.results_page import table_header
 from core.leaderboard.board import build_leaderboard, write_leaderboard
 from core.leaderboard.export import (
     AFTER_EVAL_TAG,

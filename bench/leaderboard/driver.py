@@ -60,7 +60,6 @@ from pathlib import Path
 COMMAND_STARTED = time.time()  # before the imports below (7-8 s on 2 cores): --time-limit-s is the command's
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
 from bench.leaderboard.bookkeeping import (  # noqa: E402
     JobTimes,
@@ -88,7 +87,7 @@ from bench.leaderboard.schedules import (  # noqa: E402
 )
 from bench.leaderboard.step_zero import step_0_from_pretrained  # noqa: E402
 from bench.leaderboard.suites import SUITES, Suite  # noqa: E402
-from bench.tiny_baselines import VARIANTS  # noqa: E402
+from bench.leaderboard.tiny_baselines import VARIANTS  # noqa: E402
 from core.leaderboard.export import MODEL_SHA_TAG  # noqa: E402
 from core.leaderboard.recipe_readmes import lora_row  # noqa: E402
 from core.leaderboard.schedules import RunSchedule  # noqa: E402
@@ -323,7 +322,7 @@ def variant_overrides(variant: str, args) -> list[str]:
 
 def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, finish_by: float | None) -> list[str]:
     variant = job.variant or "grpo"  # the pretrained model's engine is built from GRPO's config
-    command = [sys.executable, str(REPO / "bench" / "leaderboard" / "job.py"), "--recipe", VARIANTS[variant],
+    command = [sys.executable, "-m", "bench.leaderboard.job", "--recipe", VARIANTS[variant],
                "--name", job.row or variant, "--job", job.name, "--data-dir", args.data_dir,
                "--work", str(out / "work" / job.name),
                "--reserve-s", str(args.reserve_s), "--eval-prompt-length", str(eval_len), "--suite", args.suite]

@@ -3,7 +3,7 @@ then evaluate the final policy on the trainer's own rollout engine (after the la
 second engine starts); or, with --eval-only, evaluate the pretrained model on an engine built from the same
 config.
 
-    python bench/leaderboard/job.py --recipe grpo --name grpo --data-dir data --work DIR/work/grpo-seed0 \
+    python -m bench.leaderboard.job --recipe grpo --name grpo --data-dir data --work DIR/work/grpo-seed0 \
         [--eval-only] [--finish-by UNIX_TIME] [--reserve-s 120] [--gpu-lock DIR/locks/gpu0] -- <overrides>
 
 Responses are written by `core.eval.generate.generate_responses` and scored by `recipezoo eval` (called
@@ -23,21 +23,19 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.leaderboard.suites import SUITES  # noqa: E402
-from core.cli import load_trainer_class  # noqa: E402
-from core.cli import main as recipezoo  # noqa: E402
-from core.config import load_config  # noqa: E402
-from core.eval.generate import GenerationSpec, generate_responses  # noqa: E402
-from core.leaderboard.export import (  # noqa: E402
+from bench.leaderboard.suites import SUITES
+from core.cli import load_trainer_class
+from core.cli import main as recipezoo
+from core.config import load_config
+from core.eval.generate import GenerationSpec, generate_responses
+from core.leaderboard.export import (
     AFTER_EVAL_TAG,
-    MODEL_SHA_TAG,  # noqa: E402
+    MODEL_SHA_TAG,
     SAMPLED_TOKENS_KEY,
     STOPPED_TAG,
     steady_seconds,
 )
-from core.tracking.tracker import Tracking  # noqa: E402
+from core.tracking.tracker import Tracking
 
 
 class StopTraining(Exception):

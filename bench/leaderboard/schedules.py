@@ -7,7 +7,7 @@ table compares schedules of one recipe at the same budget: issue 38's "learning 
 
 from __future__ import annotations
 
-from bench.tiny_baselines import VARIANTS
+from bench.leaderboard.tiny_baselines import VARIANTS
 from core.algos.rollout_correction import NO_CORRECTION, ROLLOUT_CORRECTIONS
 from core.config import ConfigError, load_config
 from core.leaderboard.recipe_readmes import lora_row

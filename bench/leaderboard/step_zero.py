@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.leaderboard.suites import Suite
-from bench.tiny_baselines import VARIANTS
+from bench.leaderboard.tiny_baselines import VARIANTS
 
 
 def step_0_from_pretrained(args, suite: Suite, common: list[str], data: Path) -> bool:

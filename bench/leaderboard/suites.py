@@ -50,7 +50,7 @@ SUITE_TASKS = (
 # isomorphic_strings "False" 54, mahjong_puzzle "Chi" 43, and its runs learn that constant. Arithmetic, algebra
 # (simple_equations), logic (aiw) and a game (countdown) at their easiest settings with open answers; even there
 # SmolLM2-135M-Instruct starts below 5% on those three and on leg_counting (results/reasoning_gym_open/candidates),
-# and bench/task_screen.py finds only one of reasoning-gym's tasks in that band at their easiest levels.
+# and bench/leaderboard/task_screen.py finds only one of reasoning-gym's tasks in that band at their easiest levels.
 OPEN_SUITE_TASKS = (
     ("basic_arithmetic", ("max_digits=2", "max_terms=2", "operators=[+, -]", "allow_negation=false",
                           "allow_parentheses=false")),

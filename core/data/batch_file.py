@@ -1,4 +1,4 @@
-"""One step's batch in a file: what `trainer.save_batch_step` writes and bench/verl_numerics.py reads, so that another
+"""One step's batch in a file: what `trainer.save_batch_step` writes and bench/verl/numerics.py reads, so that another
 framework's old log-probs, advantages and loss can be computed on the very rollout ours trained on.
 
 The file is a torch.save'd dict of plain tensors (loadable with `weights_only=True`): `input_ids`, `attention_mask`,

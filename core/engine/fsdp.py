@@ -84,7 +84,7 @@ class FSDPEngine:
             model = PolicyLM(model, logprob_chunk_tokens)
         if _on_cuda(compile_layers, "actor.compile_layers", world.device):
             # Fuses each block's norms, rotary and activations, and frees their intermediates: on an H100,
-            # Qwen3-1.7B went from 23% to 42% MFU (bench/train_mfu_gpu.py). Packed lengths vary: dynamic.
+            # Qwen3-1.7B went from 23% to 42% MFU (bench/perf/train_mfu_gpu.py). Packed lengths vary: dynamic.
             for layer in decoder_layers(model):
                 layer.compile(dynamic=True)
         # With offload the sharded parameters, gradients and optimizer state live in host memory and

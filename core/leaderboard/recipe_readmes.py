@@ -32,7 +32,7 @@ TOOL_USE_BLOCK = re.compile(r"(<!-- BEGIN tool-use-leaderboard: (?P<recipes>[\w 
                             r"(<!-- END tool-use-leaderboard -->)", re.S)
 DRIVER = "recipezoo leaderboard run"
 LORA_ROW = re.compile(r"(?P<variant>\w+)-lora(?P<rank>\d+)")  # lora_row's names, read back
-TINY_DRIVER = "python bench/tiny_baselines.py"
+TINY_DRIVER = "python -m bench.leaderboard.tiny_baselines"
 BUDGET_FLAGS = (("--steps", "trainer.total_steps"), ("--prompts", "data.train_batch_size"), ("--n", "rollout.n"),
                 ("--max-response", "data.max_response_length"), ("--lr", "actor.lr"),
                 ("--temperature", "rollout.temperature"), ("--test-freq", "trainer.test_freq"),

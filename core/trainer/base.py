@@ -250,7 +250,7 @@ class BaseTrainer:
 
     def save_batch(self, step: int, batch: Batch) -> None:
         """`trainer.save_batch_step`: the step's batch, rewards computed, for computing its numerics in another
-        framework (bench/verl_numerics.py). Rank 0 writes its own rows: under torchrun each rank holds whole
+        framework (bench/verl/numerics.py). Rank 0 writes its own rows: under torchrun each rank holds whole
         prompt groups, so its share is a batch in itself; a Ray driver holds all of them."""
         if self.world.rank == 0:
             path = save_batch(batch, Path(self.config.trainer.save_batch_dir) / f"batch_step{step}.pt")

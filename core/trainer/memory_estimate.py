@@ -15,7 +15,7 @@ that share with room for a KV cache); the HF backend holds a whole fp32 copy of 
 `per_gpu_memory` adds the all-gathered weights and the activations of one micro-batch, phase by phase
 (generation, with the engine awake; training, with it asleep), as nvidia-smi counts a GPU: with the CUDA
 runtime and the blocks PyTorch's caching allocator keeps, two terms fit on measured runs (RUNTIME_GIB,
-CACHED_ACTIVATION_SETS; none under actor.expandable_segments). The scale plan (bench/scale_plan.py) records it,
+CACHED_ACTIVATION_SETS; none under actor.expandable_segments). The scale plan (bench/scale/plan.py) records it,
 the dry run prints it (core/trainer/plan.py) and the launch check (`check_run_fits`) refuses by it, the last two through
 `run_memory` and `check_fits`, so both say the same.
 """
@@ -32,7 +32,7 @@ GIB = 1024 ** 3
 REFERENCE_BYTES_PER_PARAM = 4
 FROZEN_BASE_BYTES_PER_PARAM = {"fp32": 4, "bf16": 2, "auto": 2}  # a LoRA base, on a GPU (auto = bf16 there)
 ROLLOUT_BYTES_PER_PARAM = 2  # bf16 engine weights
-PEAK_TARGET = 0.95  # issue 35's target, the dry run's and bench/scale_plan.py's: no GPU above 95% of its memory
+PEAK_TARGET = 0.95  # issue 35's target, the dry run's and bench/scale/plan.py's: no GPU above 95% of its memory
 ENGINES = ("vllm", "sglang")  # rollout backends that take rollout.gpu_memory_utilization of the device
 
 
@@ -181,7 +181,7 @@ def check_run_fits(config, model_path: str, ranks: int, *, with_reference: bool,
     check_fits(config, params, device_bytes, found)
 
 
-# ---- phase by phase (bench/scale_plan.py) ----------------------------------------------------------
+# ---- phase by phase (bench/scale/plan.py) ----------------------------------------------------------
 ACTIVATION_BYTES = 2  # bf16: what the forward computes in under mixed precision
 # One decoder layer's tensors kept for its backward, per token, in widths of the hidden size, the k/v
 # projection and the MLP: the two norms' inputs and outputs (4 hidden), q before and after its norm and

@@ -3,7 +3,7 @@
 # GSM8K GRPO examples (1024 prompts × 5 samples per step, KL loss k3 0.001, lr 1e-6).
 # Launch: bash recipes/grpo/run_qwen3_8b.sh
 # Hardware: 1 node × 8 GPUs with 80 GB each (A100/H100 80GB).
-#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale_suite.sh shows the 2-GPU settings).
+#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale/suite.sh shows the 2-GPU settings).
 # At 0.5B here: the GSM8K block of recipes/grpo/README.md (Qwen2.5-Coder-0.5B-Instruct on one H200,
 #   generated from results/leaderboard/gsm8k_coder).
 # verl's table (docs/algo/baseline.md, GSM8K test): Qwen2.5-0.5B-Instruct 36.4 -> 54.3 with GRPO-LoRA,

@@ -3,7 +3,7 @@
 # (GAE γ = λ = 1, n=1, 1024 prompts per step, actor lr 1e-6, critic lr 1e-5, no KL).
 # Launch: bash recipes/ppo/run_qwen3_8b.sh
 # Hardware: 1 node × 8 GPUs with 80 GB each (A100/H100 80GB); actor, rollout and critic share them.
-#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale_suite.sh shows the 2-GPU settings).
+#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale/suite.sh shows the 2-GPU settings).
 # At 0.5B here: the GSM8K block of recipes/ppo/README.md (Qwen2.5-Coder-0.5B-Instruct on one H200,
 #   generated from results/leaderboard/gsm8k_coder).
 # verl's table (docs/algo/baseline.md, GSM8K test): Qwen2.5-0.5B-Instruct 36.4 -> 56.7 with PPO.

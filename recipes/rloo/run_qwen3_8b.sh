@@ -4,7 +4,7 @@
 # The tiny recipe (config.yaml) uses n=8 to keep its 256-sequence budget; here n is the published 5.
 # Launch: bash recipes/rloo/run_qwen3_8b.sh
 # Hardware: 1 node × 8 GPUs with 80 GB each (A100/H100 80GB).
-#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale_suite.sh shows the 2-GPU settings).
+#   Another GPU count: NGPUS=2 bash <this script> data.train_batch_size=... (bench/scale/suite.sh shows the 2-GPU settings).
 # At 0.5B here: the GSM8K block of recipes/rloo/README.md (Qwen2.5-Coder-0.5B-Instruct on one H200,
 #   generated from results/leaderboard/gsm8k_coder).
 # verl's table (docs/algo/baseline.md) has no GSM8K row of RLOO; its Qwen2.5-0.5B-Instruct rows: 36.4 ->
