@@ -86,7 +86,7 @@ from bench.leaderboard.schedules import (  # noqa: E402
     schedule_overrides,
 )
 from bench.leaderboard.step_zero import step_0_from_pretrained  # noqa: E402
-from bench.leaderboard.suites import SUITES, Suite  # noqa: E402
+from bench.leaderboard.suites import SUITES, Suite, context_length, eval_prompt_length  # noqa: E402
 from bench.leaderboard.tiny_baselines import VARIANTS  # noqa: E402
 from core.leaderboard.export import MODEL_SHA_TAG  # noqa: E402
 from core.leaderboard.recipe_readmes import lora_row  # noqa: E402
@@ -244,26 +244,6 @@ def prepare_data(args, suite: Suite) -> Path:
             raise SystemExit(f"could not make {path}; offline, pass --local-data DIR with <set>/<split>.jsonl, "
                              f"or run `recipezoo {' '.join(argv)}` with --local path/to/<split>.jsonl first")
     return Path(args.data_dir)
-
-
-def eval_prompt_length(model_path: str, data: Path, suite: Suite, floor: int = 1024) -> int:
-    """The eval sets' prompt limit: `floor`, raised to the next multiple of 256 if a prompt is longer, so
-    every problem is evaluated (the limit is in each eval run's protocol)."""
-    from core.data.dataset import PromptDataset
-    from core.models.loading import load_tokenizer
-
-    tokenizer = load_tokenizer(model_path)
-    files = [str(data / file) for _, file, *_ in suite.eval_sets]
-    longest = max(len(item.prompt_ids) for item in PromptDataset(files, tokenizer, max_prompt_length=1 << 20).items)
-    return max(floor, -(-longest // 256) * 256)
-
-
-def context_length(model_path: str) -> int:
-    """The model's longest sequence (config.json max_position_embeddings): the engine cannot go past it."""
-    import json
-
-    config = Path(model_path) / "config.json"
-    return int(json.loads(config.read_text()).get("max_position_embeddings") or 1 << 30) if config.is_file() else 1 << 30
 
 
 def run_overrides(args, data: Path, uri: str, engine_len: int, model_sha: str | None = None) -> list[str]:

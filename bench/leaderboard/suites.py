@@ -16,6 +16,7 @@ of the before → after table, the MLflow experiment and where --merge writes it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 # (name, file under --data-dir, samples per prompt, temperature, top-p, max new tokens, GSM8K graders).
 # GSM8K is scored by both graders (a 135M model often ends without `#### N`); the MATH sources use
@@ -139,3 +140,23 @@ SUITES = {
     "reasoning-gym-coder": reasoning_gym_suite("reasoning-gym-coder", "reasoning_gym_coder", CODER_SUITE_TASKS,
                                                max_constant_share=0.1),
 }
+
+
+def eval_prompt_length(model_path: str, data: Path, suite: Suite, floor: int = 1024) -> int:
+    """The eval sets' prompt limit: `floor`, raised to the next multiple of 256 if a prompt is longer, so
+    every problem is evaluated (the limit is in each eval run's protocol)."""
+    from core.data.dataset import PromptDataset
+    from core.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    files = [str(data / file) for _, file, *_ in suite.eval_sets]
+    longest = max(len(item.prompt_ids) for item in PromptDataset(files, tokenizer, max_prompt_length=1 << 20).items)
+    return max(floor, -(-longest // 256) * 256)
+
+
+def context_length(model_path: str) -> int:
+    """The model's longest sequence (config.json max_position_embeddings): the engine cannot go past it."""
+    import json
+
+    config = Path(model_path) / "config.json"
+    return int(json.loads(config.read_text()).get("max_position_embeddings") or 1 << 30) if config.is_file() else 1 << 30
