@@ -32,7 +32,8 @@ from core.engine.packing import register_varlen_attention, response_rows, split_
 from core.engine.policy_model import PolicyLM
 from core.engine.sharding import check_checkpoint_layers, decoder_layers, shard_model
 from core.engine.tp import clip_grad_norm, shard_model_2d
-from core.models.lora import LoraSpec, adapters_disabled, add_adapters, freeze_base_in, is_adapter_param, merged_weights
+from core.models.adapter import FULL_WEIGHTS, PolicyAdapter
+from core.models.lora import is_adapter_param
 from core.tracking.metrics import reduce_metrics
 
 # head="policy": loss_fn(log_probs, entropy, micro, num_tokens, num_seqs) -> (loss, metrics)
@@ -52,30 +53,25 @@ class OptimConfig:
 
 
 class FSDPEngine:
+    """`lora`: the policy's adapter (core/models/adapter.py), which the engine asks what trains, what its weights
+    are under HF names and what a checkpoint holds: a `LoraSpec`, or `FULL_WEIGHTS` for a plain model."""
+
     def __init__(self, model: torch.nn.Module, world: World, *, optim: OptimConfig | None = None,
                  micro_batch_size: int = 8, mixed_precision: str = "auto",
                  gradient_checkpointing: bool = False, checkpoint_layers: int | None = None,
                  head: str = "policy", cpu_offload: bool = False,
                  remove_padding: bool | str = "auto", micro_batch_tokens: int | None = None,
                  logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS, compile_layers: bool | str = False,
-                 lora: LoraSpec | None = None):
+                 lora: PolicyAdapter = FULL_WEIGHTS):
         if head not in HEADS:
             raise ValueError(f"FSDPEngine head={head!r}: expected one of {list(HEADS)}")
-        self.world, self.head, self.prefix, self.lora = world, head, HEADS[head], lora
+        self.world, self.head, self.prefix, self.adapter = world, head, HEADS[head], lora
         self.micro_batch_size, self.micro_batch_tokens = micro_batch_size, micro_batch_tokens
         self.remove_padding = _on_cuda(remove_padding, "actor.remove_padding", world.device) and head == "policy"
         mp_policy = _mp_policy(mixed_precision, world.device)
-        if lora is not None:
-            if world.mesh is not None:
-                raise ValueError("actor.lora with actor.tensor_parallel_size > 1 is not supported")
-            model = add_adapters(model, lora)
-            if mp_policy is not None:  # the frozen base computes in bf16 anyway: store it so
-                freeze_base_in(model, mp_policy.param_dtype)
+        model = lora.apply_to(model, mp_policy.param_dtype if mp_policy else None, tensor_parallel=world.mesh is not None)
         if gradient_checkpointing:
-            # Reentrant checkpointing drops the gradients of a block whose inputs need none: with LoRA the
-            # frozen embeddings' output needs none, yet the adapters inside the block do.
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False} if lora is not None else None)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=lora.gradient_checkpointing_kwargs)
             if checkpoint_layers is not None:
                 recompute_first_layers(model, checkpoint_layers)
         if self.remove_padding:
@@ -147,12 +143,10 @@ class FSDPEngine:
         """(B, T_resp) log-probs of `responses` (and entropy), in micro-batches, no grad.
 
         `adapters=False` (LoRA): the frozen base model's, which is the reference policy."""
-        if not adapters and self.lora is None:
-            raise RuntimeError("compute_log_probs(adapters=False) needs an engine built with LoRA")
         self.model.eval()
         mask = batch["response_mask"]
         log_probs, entropy = torch.zeros(mask.shape), torch.zeros(mask.shape)
-        with nullcontext() if adapters else adapters_disabled(self.model):
+        with nullcontext() if adapters else self.adapter.base_only(self.model):
             for rows in self._micro_batches(batch):
                 lp, ent = self._forward(batch.select(rows), temperature)
                 log_probs[rows], entropy[rows] = lp.cpu(), ent.cpu()
@@ -231,7 +225,7 @@ class FSDPEngine:
         With LoRA the adapters are merged in (`adapters=False`: the base weights alone)."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=False)
         state = ((k, v.detach().cpu()) for k, v in get_model_state_dict(self.model, options=options).items())
-        return dict(merged_weights(state, self.lora.scaling, adapters) if self.lora else state)
+        return dict(self.adapter.hf_weights(state, adapters))
 
     def iter_full_weights(self, dtype: torch.dtype, device: torch.device, adapters: bool = True):
         """(HF name, unsharded tensor) one parameter at a time, gathered on `device` and cast to `dtype`:
@@ -240,9 +234,7 @@ class FSDPEngine:
         Collective: every rank must consume it in full, in the same order."""
         # The shard moves first, so the gather runs on `device` (NCCL), also when actor.cpu_offload keeps it in host memory.
         gathered = ((name, _full(param.detach().to(device))) for name, param in self.model.named_parameters())
-        if self.lora is not None:
-            gathered = merged_weights(gathered, self.lora.scaling, adapters)
-        for name, tensor in gathered:
+        for name, tensor in self.adapter.hf_weights(gathered, adapters):
             yield name, tensor.to(dtype)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
@@ -257,16 +249,14 @@ class FSDPEngine:
         needs no distributed code. Collective: every rank must call it.
         """
         # With LoRA the frozen base is left out: it is `lora.base`'s weights, unchanged by training.
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=self.lora is not None)
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=not self.adapter.saves_base)
         optimizers = (self.optimizer,) if self.optimizer is not None else ()
         model_state, optim_state = get_state_dict(self.model, optimizers, options=options)
         if not self.world.is_main:
             return {}
-        state = {"model": model_state}
+        state = self.adapter.checkpoint_files(model_state)
         if self.optimizer is not None:
             state.update(optimizer=optim_state, scheduler=self.scheduler.state_dict())
-        if self.lora is not None:  # a tied lm_head.weight still shows up beside the adapters: dropped
-            state.update(model={k: v for k, v in model_state.items() if is_adapter_param(k)}, lora=self.lora.to_dict())
         return state
 
     def load_checkpoint(self, directory) -> None:
@@ -278,7 +268,7 @@ class FSDPEngine:
         optimizers = (self.optimizer,) if self.optimizer is not None else ()
         set_state_dict(self.model, optimizers, model_state_dict=load("model"),
                        optim_state_dict=load("optimizer") if optimizers else {},
-                       options=StateDictOptions(full_state_dict=True, strict=self.lora is None))
+                       options=StateDictOptions(full_state_dict=True, strict=self.adapter.saves_base))
         if self.scheduler is not None:
             self.scheduler.load_state_dict(load("scheduler"))
             self._apply_optim_config()

@@ -9,6 +9,9 @@ Two exports of the trained policy, both from the same parameter names:
 - `merged_weights`: HF names and W + (alpha/r)·B·A, what a plain HF model or vLLM loads;
 - `write_adapter_dir`: a PEFT adapter dir (adapter_config.json + adapter_model.safetensors), what
   `PeftModel.from_pretrained` and vLLM's LoRA support load.
+
+`LoraSpec` is also the LoRA side of the policy's adapter seam (core/models/adapter.py): the engine, the
+workers and the rollout ask it what trains, syncs and is saved, as they ask `FULL_WEIGHTS` without LoRA.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable
 
 import torch
 
@@ -38,15 +42,23 @@ class LoraSpec:
     dropout: float
     target_modules: str | tuple[str, ...]  # "all-linear" or module names (`q_proj`, ...)
     base: dict = field(default_factory=dict, compare=False)  # path, init, seed, gguf_file, trust_remote_code
+    sync: str = "merged"  # actor.lora.sync: merged (W + BA into the engine) or adapter (the engine serves it)
 
     @classmethod
-    def from_config(cls, lora_cfg, base: dict | None = None) -> LoraSpec | None:
-        """None when `actor.lora.rank` is null: full fine-tuning."""
-        if lora_cfg.rank is None:
-            return None
+    def from_config(cls, lora_cfg, base: dict | None = None) -> LoraSpec:
+        """`actor.lora.*` with a rank set (core.models.adapter.policy_adapter: none set is full weights). A
+        config slice without `sync` (the memory plan's) gets base.yaml's default."""
         targets = lora_cfg.target_modules
         targets = targets if isinstance(targets, str) else tuple(targets)
-        return cls(int(lora_cfg.rank), float(lora_cfg.alpha), float(lora_cfg.dropout), targets, dict(base or {}))
+        return cls(int(lora_cfg.rank), float(lora_cfg.alpha), float(lora_cfg.dropout), targets, dict(base or {}),
+                   lora_cfg.get("sync", "merged"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LoraSpec:
+        """Inverse of `to_dict`: the spec a checkpoint's `lora.pt` recorded."""
+        targets = data["target_modules"]
+        return cls(data["rank"], data["alpha"], data["dropout"], targets if isinstance(targets, str) else tuple(targets),
+                   dict(data["base"]))
 
     @property
     def scaling(self) -> float:
@@ -60,10 +72,61 @@ class LoraSpec:
                                base_model_name_or_path=self.base.get("path"))
 
     def to_dict(self) -> dict:
+        """What a checkpoint's `lora.pt` records: the adapters' shape and their base. Not `sync`: how the
+        adapters reach the rollout engine is the resuming run's choice, not the checkpoint's."""
         data = asdict(self)
+        del data["sync"]
         data["target_modules"] = (self.target_modules if isinstance(self.target_modules, str)
                                   else list(self.target_modules))
         return data
+
+    # ---- the seam's answers for a LoRA policy (FullWeights in core/models/adapter.py gives the trivial ones) ----
+    reference_is_base = True  # a KL reference is the actor's own forward with its adapters off
+    saves_base = False  # a checkpoint holds the adapters alone: the base is `base`'s weights, unchanged
+
+    @property
+    def gradient_checkpointing_kwargs(self) -> dict:
+        # Reentrant checkpointing drops the gradients of a block whose inputs need none: with LoRA the
+        # frozen embeddings' output needs none, yet the adapters inside the block do.
+        return {"use_reentrant": False}
+
+    @property
+    def rollout_adapter_rank(self) -> int | None:
+        """The rank of the adapter the rollout engine serves itself (`sync=adapter`); None: it loads merged weights."""
+        return self.rank if self.sync == "adapter" else None
+
+    def apply_to(self, model: torch.nn.Module, frozen_dtype: torch.dtype | None,
+                 tensor_parallel: bool) -> torch.nn.Module:
+        """The policy to train: `model` with adapters injected, its frozen base stored in `frozen_dtype` (the
+        dtype it computes in under mixed precision anyway; None: as it is)."""
+        if tensor_parallel:
+            raise ValueError("actor.lora with actor.tensor_parallel_size > 1 is not supported")
+        model = add_adapters(model, self)
+        if frozen_dtype is not None:
+            freeze_base_in(model, frozen_dtype)
+        return model
+
+    def base_only(self, model: torch.nn.Module):
+        """A context in which `model`'s forward is the base model's alone: the reference policy."""
+        return adapters_disabled(model)
+
+    def hf_weights(self, pairs: Iterable[tuple[str, torch.Tensor]], with_adapters: bool = True):
+        """(HF name, tensor) from the adapted model's pairs: each adapted layer merged (`merged_weights`)."""
+        return merged_weights(pairs, self.scaling, with_adapters)
+
+    def checkpoint_files(self, model_state: dict[str, torch.Tensor]) -> dict:
+        """The model's files of a checkpoint (`<role>/<name>.pt`) from its trainable state: the adapters and
+        `lora.pt`. A tied lm_head.weight still shows up beside the adapters in that state: dropped."""
+        return {"model": {k: v for k, v in model_state.items() if is_adapter_param(k)}, "lora": self.to_dict()}
+
+    def adapter_parameter_count(self, meta_model: Callable[[], torch.nn.Module]) -> int:
+        """rank · (in + out) for each linear layer targeted in `meta_model()` (which may build on the meta device)."""
+        def targeted(name: str) -> bool:
+            last = name.rsplit(".", 1)[-1]
+            return last not in UNSUPPORTED_TARGETS if self.target_modules == "all-linear" else last in self.target_modules
+
+        return sum(self.rank * (module.in_features + module.out_features) for name, module in meta_model().named_modules()
+                   if isinstance(module, torch.nn.Linear) and targeted(name))
 
 
 def import_peft():
@@ -99,16 +162,6 @@ def check_targets(spec: LoraSpec, model: torch.nn.Module) -> None:
     if refused:
         raise ConfigError(f"{key}={list(spec.target_modules)}: LoRA on {refused} is not supported — the log-prob "
                           f"head reads its weight directly; choose from {[n for n in have if n not in refused]}")
-
-
-def adapter_parameter_count(model: torch.nn.Module, spec: LoraSpec) -> int:
-    """rank · (in + out) for each linear layer `spec` targets (`model` may live on the meta device)."""
-    def targeted(name: str) -> bool:
-        last = name.rsplit(".", 1)[-1]
-        return last not in UNSUPPORTED_TARGETS if spec.target_modules == "all-linear" else last in spec.target_modules
-
-    return sum(spec.rank * (module.in_features + module.out_features) for name, module in model.named_modules()
-               if isinstance(module, torch.nn.Linear) and targeted(name))
 
 
 # ---- on the training model ------------------------------------------------------------------------

@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import torch
 
+from core.models.adapter import FULL_WEIGHTS, PolicyAdapter
 from core.rollout.base import RolloutBackend, stop_token_ids
 from core.rollout.hf import HFRollout
 from core.rollout.multi_turn.settings import build_multi_turn
 from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
 
 
-def build_rollout(config, model_path: str, tokenizer, load_hf_model) -> RolloutBackend:
+def build_rollout(config, model_path: str, tokenizer, load_hf_model,
+                  adapter: PolicyAdapter = FULL_WEIGHTS) -> RolloutBackend:
     """The engine of `build_engine`, running tool-using episodes with it under `rollout.multi_turn`."""
-    engine = build_engine(config, model_path, tokenizer, load_hf_model)
+    engine = build_engine(config, model_path, tokenizer, load_hf_model, adapter)
     if not multi_turn_enabled(config.rollout):
         return engine
     return build_multi_turn(config, engine, tokenizer, stop_token_ids(tokenizer, model_path))
 
 
-def build_engine(config, model_path: str, tokenizer, load_hf_model) -> RolloutBackend:
-    """`rollout.name`: hf (its own HF copy of the policy, from `load_hf_model()`), vllm or sglang."""
+def build_engine(config, model_path: str, tokenizer, load_hf_model,
+                 adapter: PolicyAdapter = FULL_WEIGHTS) -> RolloutBackend:
+    """`rollout.name`: hf (its own HF copy of the policy, from `load_hf_model()`), vllm or sglang. `adapter`: the
+    trained policy's (core/models/adapter.py); a vLLM engine makes room for the one it serves itself, if any."""
     rollout = config.rollout
     if rollout.name == "hf":
         return HFRollout(load_hf_model(), tokenizer, micro_batch_size=rollout.micro_batch_size,
@@ -31,10 +35,9 @@ def build_engine(config, model_path: str, tokenizer, load_hf_model) -> RolloutBa
         if rollout.name == "vllm":
             from core.rollout.vllm import VLLMRollout
 
-            lora = config.actor.lora
             return VLLMRollout(model_path, tokenizer, rollout, dtype=dtype, seed=config.trainer.seed,
                                max_model_len=max_model_len, dummy_weights=config.model.init == "random",
-                               lora_rank=lora.rank if lora.rank is not None and lora.sync == "adapter" else None,
+                               lora_rank=adapter.rollout_adapter_rank,
                                expandable_segments=bool(config.actor.expandable_segments))
         from core.rollout.sglang import SGLangRollout
 

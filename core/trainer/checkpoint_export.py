@@ -56,7 +56,9 @@ def merge_checkpoint(checkpoint: str | Path, out_dir: str | Path, role: str = "a
     state = torch.load(role_dir / "model.pt", weights_only=True, mmap=True)
     out = Path(out_dir)
     if lora_file.is_file():
-        spec = _lora_spec(torch.load(lora_file, weights_only=True), base)
+        spec = LoraSpec.from_dict(torch.load(lora_file, weights_only=True))
+        if base is not None:
+            spec.base["path"] = base
         if adapter:
             write_adapter_dir(state, spec, out, dtype)
             _copy_hf_files(role_dir / "hf", out, skip=("config.json", "generation_config.json"))
@@ -74,15 +76,6 @@ def merge_checkpoint(checkpoint: str | Path, out_dir: str | Path, role: str = "a
     model.save_pretrained(out, safe_serialization=True)
     _copy_hf_files(role_dir / "hf", out, skip=("config.json",))  # save_pretrained wrote the config
     return out
-
-
-def _lora_spec(saved: dict, base: str | None) -> LoraSpec:
-    targets = saved["target_modules"]
-    spec = LoraSpec(saved["rank"], saved["alpha"], saved["dropout"],
-                    targets if isinstance(targets, str) else tuple(targets), dict(saved["base"]))
-    if base is not None:
-        spec.base["path"] = base
-    return spec
 
 
 def _merged_lora_model(spec: LoraSpec, adapter_state: dict) -> torch.nn.Module:

@@ -52,15 +52,16 @@ def count_adapter_parameters(config, model_path: str) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from core.models.lora import LoraSpec, adapter_parameter_count
+    from core.models.adapter import policy_adapter
 
-    spec = LoraSpec.from_config(config.actor.lora)
-    if spec is None:
-        return 0
-    model = config.model
-    hf_config = AutoConfig.from_pretrained(model_path, gguf_file=model.gguf_file, trust_remote_code=model.trust_remote_code)
-    with torch.device("meta"):
-        return adapter_parameter_count(AutoModelForCausalLM.from_config(hf_config), spec)
+    def meta_model() -> torch.nn.Module:
+        model = config.model
+        hf_config = AutoConfig.from_pretrained(model_path, gguf_file=model.gguf_file,
+                                               trust_remote_code=model.trust_remote_code)
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(hf_config)
+
+    return policy_adapter(config.actor.lora).adapter_parameter_count(meta_model)
 
 
 def training_state(config, params: int, ranks: int, *, with_reference: bool, with_critic: bool,

@@ -22,8 +22,9 @@ from core.batch import Batch
 from core.engine.allocator import set_expandable_segments
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine, OptimConfig
+from core.models.adapter import policy_adapter
 from core.models.loading import resolve_model_path
-from core.models.lora import LoraSpec, write_adapter_dir
+from core.models.lora import write_adapter_dir
 from core.models.random_init import build_causal_lm, build_value_model
 from core.rollout.base import SamplingParams, generate_rollout
 from core.rollout.build import build_rollout
@@ -46,7 +47,7 @@ class ActorRolloutRefWorker:
                         remove_padding=actor.remove_padding, logprob_chunk_tokens=actor.logprob_chunk_tokens,
                         compile_layers=actor.compile_layers, mixed_precision=actor.mixed_precision)
         model = config.model
-        self.lora = LoraSpec.from_config(actor.lora, base=dict(
+        self.adapter = policy_adapter(actor.lora, base=dict(
             path=model_path, init=model.init, seed=config.trainer.seed, gguf_file=model.gguf_file,
             trust_remote_code=model.trust_remote_code))
         self.start_record: dict[str, float] = {}  # seconds per start phase (core/trainer/start_record.py)
@@ -55,16 +56,16 @@ class ActorRolloutRefWorker:
         with start_phase("actor_fsdp", self.start_record):
             self.actor = FSDPEngine(model, world, optim=optim, cpu_offload=actor.cpu_offload,
                                     gradient_checkpointing=actor.gradient_checkpointing,
-                                    checkpoint_layers=actor.checkpoint_layers, lora=self.lora, **batching)
+                                    checkpoint_layers=actor.checkpoint_layers, lora=self.adapter, **batching)
         self.ref = None
-        if with_reference and self.lora is None:  # with LoRA the reference is the actor's own frozen base
+        if with_reference and not self.adapter.reference_is_base:  # LoRA: the actor's own frozen base
             with start_phase("ref", self.start_record):
                 self.ref = FSDPEngine(self._load(model_path), world, **batching)
         self.rollout = None
         if with_rollout:
             with start_phase("rollout_engine", self.start_record):
                 self.rollout = build_rollout(config, model_path, tokenizer,
-                                             lambda: self._load(model_path).to(world.device))
+                                             lambda: self._load(model_path).to(world.device), self.adapter)
         if actor.expandable_segments and (not with_rollout or config.rollout.name == "hf"):
             set_expandable_segments(True)  # no engine pool on this rank (a vLLM engine switches them itself)
         self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
@@ -96,7 +97,7 @@ class ActorRolloutRefWorker:
         """The reference's log-probs alone, when the update supplies π_old itself. With LoRA: the actor's
         forward with its adapters off, which is the base model's exactly."""
         temperature = self.config.rollout.temperature or 1.0
-        if self.lora is not None:
+        if self.adapter.reference_is_base:
             return Batch({"ref_log_probs": self.actor.compute_log_probs(batch, temperature, adapters=False)})
         return Batch({"ref_log_probs": self.ref.compute_log_probs(batch, temperature)})
 
@@ -108,7 +109,7 @@ class ActorRolloutRefWorker:
     def sync_weights(self) -> None:
         """The trained policy into the rollout engine: full (or LoRA-merged) weights, or with
         `actor.lora.sync=adapter` the adapter alone, once the engine holds the base weights."""
-        if self.lora is None or self.config.actor.lora.sync == "merged":
+        if self.adapter.rollout_adapter_rank is None:
             self._load_full_weights(adapters=True)
             return
         if not self._base_in_rollout:
@@ -117,7 +118,7 @@ class ActorRolloutRefWorker:
         previous, self._adapter_dir = self._adapter_dir, adapter_sync_dir()
         # Every rank writes its own copy: the ranks of one engine may not share a filesystem.
         dtype = torch.bfloat16 if self.world.device.type == "cuda" else None
-        write_adapter_dir(self.actor.adapter_state(), self.lora, self._adapter_dir, dtype)
+        write_adapter_dir(self.actor.adapter_state(), self.adapter, self._adapter_dir, dtype)
         self.rollout.load_adapter(str(self._adapter_dir))
         if previous is not None:
             shutil.rmtree(previous, ignore_errors=True)
