@@ -465,3 +465,18 @@ def test_a_crashed_jobs_record_says_why_from_its_log(tmp_path):
                        {"status": "done", "log": "logs/grpo-seed0.log"}]}
     jobs = with_crash_reasons(record, tmp_path)["jobs"]
     assert jobs[0]["error"].startswith("RuntimeError: DAPO") and "error" not in jobs[1] and "error" not in jobs[2]
+
+
+def test_bad_driver_input_is_one_line_before_anything_starts(tmp_path, random_model_dir, capsys):
+    """A model file other than the table's, and a training reward the scorers do not know: refused before any
+    job, engine or file exists."""
+    out = tmp_path / "out"
+    flags = ["--model", random_model_dir, "--gpus", "cpu", "--out", str(out), "--only", "grpo:0"]
+    with pytest.raises(SystemExit, match=r"its model file has sha256 [0-9a-f]{64}, not --model-sha256 0{64}"):
+        driver.main([*flags, "--model-sha256", "0" * 64])
+    assert not out.exists()
+    with pytest.raises(SystemExit):
+        driver.main([*flags, "--train-reward", "loose"])
+    err = capsys.readouterr().err
+    assert "--train-reward: invalid choice: 'loose'" in err and "math_verify" in err
+    assert not out.exists()
