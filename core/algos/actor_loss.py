@@ -14,7 +14,7 @@ from core.algos.kl import kl_penalty
 from core.algos.policy_loss import POLICY_LOSSES
 
 # (B,) bool: rows whose π_old is the update's own first forward (BaseTrainer.old_log_probs_from_update): that
-# optimizer step runs on the weights that sampled them, so no forward before the update is needed for them.
+# optimizer step runs on the weights π_old stands for, so no forward before the update is needed for them.
 OLD_FROM_UPDATE = "old_log_probs_from_update"
 
 
