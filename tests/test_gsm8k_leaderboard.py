@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.leaderboard.before_after import build_before_after, render_before_after, training_reward
+from core.leaderboard.before_after import before_after_records, build_before_after, render_before_after, training_reward
 from core.leaderboard.board import RECIPE_BASELINES, build_leaderboard, render_json, render_markdown, write_leaderboard
 from core.leaderboard.export import LeaderboardError, load_export, merge_exports
 from core.leaderboard.recipe_readmes import BLOCK, TINY_BLOCK, render_block, render_tiny_block, update_gsm8k_readmes
@@ -111,12 +111,12 @@ def test_section_rows_are_mean_std_and_t_interval_over_seeds(export):
     markdown = "\n".join(render_before_after(section, {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}))
     assert "## GSM8K, pretrained model `pypi://SmolLM2-135M-Instruct`" in markdown
     # grpo: 0.03, 0.04, 0.05 -> 0.040 ± 0.010, t(2) = 4.303: [0.015, 0.065], all above 0.002
-    assert ("| grpo | 3 | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ | 0.012 → 0.050 ± 0.010 [0.025, 0.075] ↑ | "
+    assert ("| grpo | 3 | — | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ | 0.012 → 0.050 ± 0.010 [0.025, 0.075] ↑ | "
             "0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ | "
             "0.008 → 0.160 ± 0.040 [0.061, 0.259] ↑ | 25 | 1M | 10.0 | 9.5 | gsm8k strict, format 0.1 |") in markdown
     # dapo: 0.001, 0.003 -> 0.002 ± 0.001414, t(1) = 12.706: half-width 0.0127, the interval holds 0.002
     half = 12.706 * math.sqrt(2e-6) / math.sqrt(2)
-    assert f"| dapo | 2 | 0.002 → 0.002 ± 0.001 [{0.002 - half:.3f}, {0.002 + half:.3f}] |" in markdown
+    assert f"| dapo | 2 | — | 0.002 → 0.002 ± 0.001 [{0.002 - half:.3f}, {0.002 + half:.3f}] |" in markdown
     assert "| 17–25 (1 stopped) | 1M | 10.0 | 9.5 | gsm8k strict, format 0.1, overlong buffer 76 |" in markdown
     assert ("Budget, the same for every run unless named: `trainer.total_steps=25`, `data.train_batch_size=64`, "
             "`rollout.n=8`") in markdown
@@ -151,6 +151,28 @@ def test_section_refuses_mixed_protocols_double_counts_and_repeated_seeds(export
     reseeded["runs"][1]["seed"] = 0
     with pytest.raises(LeaderboardError, match="several finished runs of one seed"):
         build_leaderboard(reseeded)
+
+
+def test_a_gsm8k_section_ranks_on_the_column_its_reward_trained_and_tests_math500_alike():
+    by_recipe = {"grpo": (0.30, 0.31, 0.32), "rloo": (0.10, 0.11, 0.12)}
+    runs = [train_run(recipe, seed, **{"reward.gsm8k_method": "flexible"})
+            for recipe, values in by_recipe.items() for seed in range(len(values))]
+    evals = evals_of("before", "before", 0.02) + [
+        entry for recipe, values in by_recipe.items() for seed, value in enumerate(values)
+        for entry in evals_of(f"{recipe}{seed}", "after", value, recipe, f"{recipe}-{seed}")]
+    section = build_before_after(runs, evals)
+    markdown = "\n".join(render_before_after(section))
+    # The runs trained on flexible, so the ranks test GSM8K flexible (each value + 0.01): means 0.32 vs 0.12, std
+    # 0.01 each, Welch t = 0.2 / sqrt(2 · 0.0001 / 3) = 24.49, one pair (Holm changes nothing); MATH-500 alike.
+    assert "| grpo | 3 | 1 |" in markdown and "| rloo | 3 | 2 |" in markdown
+    assert "*rank*: 1 + the number of recipes whose openai/gsm8k mean@1 (flexible) is significantly higher" in markdown
+    assert "The same tests on math500 mean@1 (math_verify) (pairwise Welch t-tests over seeds" in markdown
+    assert "| grpo | rloo | 24.49 |" in markdown
+    # The curve read for flatness is the one the runs validated: GSM8K's (train_run: +0.01 a 5 steps, 15 → 25).
+    assert "the gain of the validated openai/gsm8k accuracy over the last quarter" in markdown
+    assert "| grpo | 15 → 25 | 3 | +0.100 ± 0.000 |" in markdown
+    records = before_after_records(section)
+    assert [(row["recipe"], row["rank"]) for row in records["rows"]] == [("grpo", 1), ("rloo", 2)]
 
 
 def test_pretrained_only_export_shows_the_model_row():
@@ -239,7 +261,7 @@ def test_tagged_eval_runs_in_a_file_store_make_the_section(tmp_path, monkeypatch
     assert run["tags"] == {"after_eval": "done", "stopped_by_budget": "time: after step 2 of 3"}
     assert run["params"]["reward.format_score"] == "0.1"
     markdown = render_markdown(build_leaderboard(export), "x/runs.json", "x")
-    assert "| grpo | 1 | 0.333 → 0.667 ± n/a | 0.333 → 1.000 ± n/a | 2 (1 stopped) | 100 |" in markdown
+    assert "| grpo | 1 | — | 0.333 → 0.667 ± n/a | 0.333 → 1.000 ± n/a | 2 (1 stopped) | 100 |" in markdown
     # per-step means 0.01, 0.02 -> 0.015; maxes 0.5, 0.25 -> 0.5
     assert run["logprob_diff"] == {"mean": 0.015, "max": 0.5}
     assert "2.0 (2.0 after step 1); rollout/logprob_diff mean 0.015, max 0.50 |" in markdown

@@ -25,6 +25,8 @@ from core.leaderboard.eval_columns import (
     scored_sources,
 )
 from core.leaderboard.export import AFTER_EVAL_TAG, GPU_PROCESSES_TAG, LeaderboardError, check_unique_seeds
+from core.leaderboard.rank_basis import basis_samples, section_bases
+from core.leaderboard.ranking import rank_by_significance
 from core.leaderboard.ranks_by_step import ranks_by_step_lines
 from core.leaderboard.schedules import schedule_lines, schedule_plots, schedule_records
 from core.leaderboard.seed_stats import SeedStats
@@ -32,7 +34,6 @@ from core.leaderboard.suite_rank import (
     SUITE_MEAN,
     check_comparable,
     evidence_lines,
-    rank_rows,
     rank_text,
     ranking_lines,
     run_suite_mean,
@@ -327,26 +328,49 @@ def _stage_text(run: dict) -> str:
     return mean + (f": {stages}" if stages else "") + logprobs
 
 
+def section_ranking(rows: list[RecipeRow], columns: list[EvalColumn]):
+    """The ranks of one model's rows on the section's first basis (rank_basis.py); None without one."""
+    bases = section_bases(rows, columns)
+    return rank_by_significance(basis_samples(rows, bases[0])) if bases else None
+
+
+def basis_lines(rows: list[RecipeRow], columns: list[EvalColumn]) -> list[str]:
+    """How the rows rank (the first basis), and the same tests on the others (rank_basis.py)."""
+    return [line for index, basis in enumerate(section_bases(rows, columns))
+            for line in ranking_lines(rank_by_significance(basis_samples(rows, basis)), rows, basis.label,
+                                      ranks=index == 0)]
+
+
+def curve_lines(rows: list[RecipeRow], columns: list[EvalColumn]) -> list[str]:
+    """Whether the curve the rows rank on has flattened, and how the ranks read step by step."""
+    bases = section_bases(rows, columns)
+    if not bases or not rows:
+        return []
+    return (flatness_lines(rows, bases[0].curve_key, bases[0].curve_label)
+            + ranks_by_step_lines(rows, bases[0].curve_key, bases[0].curve_label))
+
+
 def _table(section: BeforeAfter, model: str, rows: list[RecipeRow]) -> list[str]:
     """One row per recipe; only the pretrained model's row while no run is evaluated yet."""
     before = section.befores.get(model, {})
     suite = suite_columns(section.columns)
-    ranking = rank_rows(rows, suite)
-    summary = [SUITE_MEAN, "rank"] if suite else []
+    ranking = section_ranking(rows, section.columns)
+    summary = [SUITE_MEAN, "rank"] if suite else ["rank"] if ranking else []
     header = ["recipe", "seeds", *summary, *[column.name for column in section.columns], "steps", "tokens", "GPU-min",
               "s/step", "reward"]
     table = []
     suite_before = run_suite_mean(before, suite)
     if not rows:
-        cells = ["pretrained model", "—", *([before_after_cell(suite_before, None, 0), "—"] if suite else []),
+        cells = ["pretrained model", "—", *([before_after_cell(suite_before, None, 0)] if suite else []),
+                 *(["—"] if summary else []),
                  *[before_after_cell(before.get(c), None, 0) for c in section.columns]]
         table.append(cells + ["—"] * 5)
     for row in rows:
         costs = row_costs(row)
         cells = [row.recipe, len(row.runs)]
         if suite:
-            cells += [before_after_cell(suite_before, suite_stats(row, suite), len(row.runs)),
-                      rank_text(ranking, row.recipe)]
+            cells.append(before_after_cell(suite_before, suite_stats(row, suite), len(row.runs)))
+        cells += [rank_text(ranking, row.recipe)] if summary else []
         cells += [before_after_cell(before.get(column), row.after(column), len(row.runs)) for column in section.columns]
         cells += [steps_cell(costs), "—" if costs["tokens"] is None else format_tokens(costs["tokens"]),
                   _optional(costs["gpu_minutes"], ".1f"), _optional(costs["step_seconds"], ".1f"),
@@ -365,9 +389,8 @@ def render_before_after(section: BeforeAfter, plots: dict[str, str] | None = Non
         lines += ["", f"## {_training_task(rows, suite)}, pretrained model `{model}`"]
         lines += _intro(rows) + ["", "Protocol per data source and grader:", ""]
         lines += [f"- {md_cell(line)}" for line in section.protocols.values()]
-        lines += [""] + _table(section, model, rows) + ranking_lines(rank_rows(rows, suite), rows)
-        lines += evidence_lines(rows, suite, section.test_sizes)
-        lines += flatness_lines(rows) + ranks_by_step_lines(rows) if suite else []
+        lines += [""] + _table(section, model, rows) + basis_lines(rows, section.columns)
+        lines += evidence_lines(rows, suite, section.test_sizes) + curve_lines(rows, section.columns)
         lines += schedule_lines(rows, section.columns, schedule_figures.get(model))
         lines += _details(section, rows) if rows else []
         if rows and (plots or {}).get(model):
@@ -383,7 +406,7 @@ def before_after_records(section: BeforeAfter) -> dict:
                 "grader": column.grader, "protocol": section.protocols[column.group]} for column in section.columns]
     rows, runs = [], []
     suite = suite_columns(section.columns)
-    rankings = {model: rank_rows([row for row in section.rows if row.model == model], suite)
+    rankings = {model: section_ranking([row for row in section.rows if row.model == model], section.columns)
                 for model in {row.model for row in section.rows}}
     for row in section.rows:
         costs = row_costs(row)
@@ -397,6 +420,7 @@ def before_after_records(section: BeforeAfter) -> dict:
         if suite:
             stats = suite_stats(row, suite)
             record[SUITE_MEAN] = stats.record() if stats else None
+        if rankings[row.model]:
             record["rank"] = rankings[row.model].ranks.get(row.recipe) or None
         rows.append(record)
         for member in row.runs:

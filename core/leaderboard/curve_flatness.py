@@ -23,10 +23,10 @@ LATE_SHARE = 0.25  # the part of the run whose gain is read
 FLAT_BAND = 0.02
 
 
-def late_gain(run: dict) -> tuple[int, int, float] | None:
-    """(from step, to step, gain) of one run's suite-mean curve over the last LATE_SHARE of its steps; None
-    without two validated steps that far apart."""
-    points = with_suite_history(run, SUITE_CURVE_KEY)["history"].get(SUITE_CURVE_KEY, [])
+def late_gain(run: dict, key: str = SUITE_CURVE_KEY) -> tuple[int, int, float] | None:
+    """(from step, to step, gain) of one run's validated curve `key` (by default its suite mean) over the last
+    LATE_SHARE of its steps; None without two validated steps that far apart."""
+    points = with_suite_history(run, SUITE_CURVE_KEY)["history"].get(key, [])
     if len(points) < 2:
         return None
     last_step, last_value = points[-1]
@@ -50,11 +50,12 @@ def curve_reading(stats: SeedStats) -> str:
     return "flat" if low >= -FLAT_BAND and high <= FLAT_BAND else "unclear"
 
 
-def flatness_lines(rows: list) -> list[str]:
-    """A table: per recipe, its late gain over seeds and what it says about the curve. Nothing without curves."""
+def flatness_lines(rows: list, key: str = SUITE_CURVE_KEY, label: str = "validated suite mean") -> list[str]:
+    """A table: per recipe, the late gain of its curve `key` (`label` on the page) over seeds and what it says
+    about the curve. Nothing without curves."""
     lines = []
     for row in rows:
-        gains = [gain for member in row.runs if (gain := late_gain(member.train_run)) is not None]
+        gains = [gain for member in row.runs if (gain := late_gain(member.train_run, key)) is not None]
         if not gains:
             continue
         # Most runs' steps (a stopped run's differ); where no steps are shared most, the latest: the full budget.
@@ -66,7 +67,7 @@ def flatness_lines(rows: list) -> list[str]:
                      f"{low_high} | {curve_reading(stats)} |")
     if not lines:
         return []
-    return ["", "Whether each curve has flattened: the gain of the validated suite mean over the last quarter of "
+    return ["", f"Whether each curve has flattened: the gain of the {label} over the last quarter of "
             "the steps, per seed, then mean ± std and its 95% t-interval; *still rising* / *falling* when the "
             f"interval lies above / below 0, *flat* when it lies within ±{FLAT_BAND}, else *unclear* (one test per "
             "recipe, α = 0.05; curve_flatness.py).", "",

@@ -14,7 +14,7 @@ the tests and ranks leave it out, so a row whose runs were all stopped is unrank
 from __future__ import annotations
 
 from core.leaderboard.export import MODEL_SHA_TAG, STOPPED_TAG, LeaderboardError
-from core.leaderboard.ranking import Ranking, rank_by_significance
+from core.leaderboard.ranking import Ranking
 from core.leaderboard.seed_power import separation_lines, spread_lines, suite_test_set_line, widest_task_runs_lines
 from core.leaderboard.seed_stats import SeedStats
 from core.reward.reasoning_gym import is_reasoning_gym
@@ -40,11 +40,6 @@ def run_suite_mean(after: dict, columns: list) -> float | None:
 def suite_stats(row, columns: list) -> SeedStats | None:
     values = tuple(v for member in row.runs if (v := run_suite_mean(member.after, columns)) is not None)
     return SeedStats(values) if values else None
-
-
-def rank_rows(rows: list, columns: list) -> Ranking | None:
-    """Ranks of one model's rows on the suite mean (None without suite columns)."""
-    return rank_by_significance(suite_samples(rows, columns)) if columns else None
 
 
 def full_budget(member) -> bool:
@@ -115,18 +110,21 @@ def rank_text(ranking: Ranking | None, recipe: str) -> str:
     return str(rank) if rank else "—"
 
 
-def ranking_lines(ranking: Ranking | None, rows: list) -> list[str]:
-    """How the ranks were made, which runs they leave out, and the pairs they rest on (folded)."""
+def ranking_lines(ranking: Ranking | None, rows: list, label: str = SUITE_MEAN, ranks: bool = True) -> list[str]:
+    """How the ranks on `label` were made (with `ranks=False`: the same tests, shown but not a rank), which runs
+    they leave out, and the pairs they rest on (folded)."""
     if ranking is None:
         return []
     if not ranking.pairs:
-        return ["", "*rank*: none, as no two rows have two runs of the full budget each to test."] + \
-            stopped_runs_line(rows)
+        what = "*rank*: none" if ranks else f"No tests on {label}"
+        return ["", f"{what}, as no two rows have two runs of the full budget each to test."] + stopped_runs_line(rows)
     groups = f"**{ranking.groups} group{'s' if ranking.groups != 1 else ''}**"
-    lines = ["", f"*rank*: 1 + the number of recipes whose {SUITE_MEAN} is significantly higher (pairwise Welch "
-             f"t-tests over seeds, Holm-corrected over all {len(ranking.pairs)} pairs, α = {ranking.alpha}); "
-             f"recipes no test separates share a rank. These figures separate {groups}.",
-             *stopped_runs_line(rows), "", "<details><summary>Pairwise tests on the suite mean</summary>", "",
+    tests = (f"pairwise Welch t-tests over seeds, Holm-corrected over all {len(ranking.pairs)} pairs, "
+             f"α = {ranking.alpha}")
+    first = (f"*rank*: 1 + the number of recipes whose {label} is significantly higher ({tests}); recipes no test "
+             f"separates share a rank. These figures separate {groups}." if ranks else
+             f"The same tests on {label} ({tests}) separate {groups}; they rank nothing here.")
+    lines = ["", first, *stopped_runs_line(rows), "", f"<details><summary>Pairwise tests on the {label}</summary>", "",
              "| a | b | t | df | p | Holm p | |", "|---|---|---:|---:|---:|---:|---|"]
     for (a, b), (test, adjusted) in sorted(ranking.pairs.items(), key=lambda item: item[1][1]):
         verdict = ("a > b" if test.t > 0 else "b > a") if adjusted < ranking.alpha else "tied"
