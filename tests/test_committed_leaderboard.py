@@ -10,7 +10,7 @@ from core.cli import main
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
 # The main leaderboard, and GPU runs kept beside it with tables of their own (another budget or backend).
-BOARDS = ["results", "results/sglang_gsm8k", "results/gsm8k_grpo_long", "results/reasoning_gym",
+BOARDS = ["results", "results/leaderboard/gsm8k_coder", "results/sglang_gsm8k", "results/gsm8k_grpo_long", "results/reasoning_gym",
           "results/reasoning_gym_long/reasoning_gym", "results/reasoning_gym_open",
           "results/reasoning_gym_open_long/reasoning_gym_open", "results/reasoning_gym_open_80/reasoning_gym_open",
           "results/reasoning_gym_open_160/reasoning_gym_open", "results/reasoning_gym_open_schedules/reasoning_gym_open",
