@@ -3,9 +3,10 @@ each run, the export and leaderboard of an --out dir, and --merge of several suc
 
     recipezoo leaderboard merge DIR [DIR ...] [--results results]
 
-writes results/gsm8k_leaderboard/runs.json (the runs of every DIR, re-exported from DIR/mlruns), its README.md
-(how each invocation ran, from DIR/invocations/) and the leaderboard with its GSM8K section, as
-`recipezoo leaderboard report --from-export results/runs.json results/gsm8k_leaderboard/runs.json --out results` does.
+writes results/leaderboard/gsm8k_smollm2/runs.json (the runs of every DIR, re-exported from DIR/mlruns), its
+README.md (how each invocation ran, from DIR/invocations/) and the leaderboard beside them with its GSM8K section, as
+`recipezoo leaderboard report --from-export results/leaderboard/gsm8k_smollm2/tiny_runs.json
+results/leaderboard/gsm8k_smollm2/runs.json --out results/leaderboard/gsm8k_smollm2` does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from bench.common.results_page import table_header
 from bench.leaderboard.left_out import left_out_lines, left_out_runs, stopped_too_short
 from bench.leaderboard.suites import SUITES
-from core.leaderboard.board import build_leaderboard, write_leaderboard
+from core.leaderboard.board import TINY_EXPORT, build_leaderboard, write_leaderboard
 from core.leaderboard.export import (
     AFTER_EVAL_TAG,
     DEVICE_TAG,
@@ -278,8 +279,8 @@ def finish_invocation(out: Path, uri: str, experiment: str, jobs: list, record: 
 
 def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = (), suite=None,
                   before_from: Path | None = None, table: str | None = None) -> int:
-    """Several --out dirs -> results/<suite dir>/{runs.json,README.md,invocations/} and its leaderboard: a section
-    of results/leaderboard.* (GSM8K), or results/<suite dir>/leaderboard.* of its own (bench/leaderboard/suites.py).
+    """Several --out dirs -> results/<suite dir>/{runs.json,README.md,invocations/} and its leaderboard.* beside
+    them: of its own, or, for GSM8K, with the tiny tasks' TINY_EXPORT there as further sections (suites.py).
 
     The runs of `timing_only` dirs (another budget: a measurement of how jobs share a GPU, say) stay out of
     the table; their invocations are listed, marked as not counted, for their timings, and each dir's export
@@ -307,9 +308,9 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     merged, left_out = counted_runs(found, records.values()), left_out_runs(found, records.values())
     before = pretrained_evaluations(before_from) if before_from else []
     merged = merge_exports([merged, {**merged, "runs": [], "evals": before}]) if before else merged
-    target = results / suite.results_dir
-    board_dir = target if suite.own_leaderboard else results
-    others = [] if suite.own_leaderboard or not (results / "runs.json").is_file() else [results / "runs.json"]
+    board_dir = target = results / suite.results_dir
+    tiny = target / TINY_EXPORT  # the GSM8K section shares its table with the tiny tasks' runs
+    others = [] if suite.own_leaderboard or not tiny.is_file() else [tiny]
     try:  # the table first: runs it refuses (a seed twice, two evaluations of one model) change no file
         build_leaderboard(merge_exports([*map(load_export, others), merged]))
     except LeaderboardError as error:

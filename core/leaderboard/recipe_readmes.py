@@ -113,7 +113,7 @@ def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: 
                 f"`{TINY_DRIVER} --variants {' '.join(recipes)} --seeds 0 1 2` makes them.\n")
     steps = Counter(steps_text(row.steps) for row in rows).most_common(1)[0][0]
     header = ["recipe", *[f"{task} acc{suffix}" for task in tasks for suffix in ("", " at step 0")], "seeds", "steps"]
-    lines = [f"The tiny task: the rows of `results/leaderboard.md`, generated from `{source}` by "
+    lines = [f"The tiny task: the rows of `results/leaderboard/gsm8k_smollm2/leaderboard.md`, generated from `{source}` by "
              "`recipezoo leaderboard report` (do not edit; the protocol and the other recipes are there). Each cell is "
              "mean ± std (n seeds) of the final held-out accuracy; *at step 0* is where the warm-started model began.",
              ""]
