@@ -384,7 +384,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     assert stages == [("after", name) for name in sets] + [("before", name) for name in sets]
     board = (out / "leaderboard.md").read_text()
     assert f"## GSM8K, pretrained model `{random_model_dir}`" in board and "| grpo | 1 |" in board
-    assert (out / "gsm8k_leaderboard" / "curves.png").is_file()
+    assert (out / "plots" / "curves.png").is_file()
 
     results = tmp_path / "results"
     table = results / "leaderboard" / "gsm8k_smollm2"

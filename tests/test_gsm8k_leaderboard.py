@@ -108,7 +108,7 @@ def test_section_rows_are_mean_std_and_t_interval_over_seeds(export):
         "openai/gsm8k mean@1 (strict)", "openai/gsm8k mean@1 (flexible)", "math500 mean@1 (math_verify)",
         "aime24 mean@16 (math_verify)", "aime24 pass@16 (math_verify)"]
     assert section.left_out == ["dapo training run dapo-2: its evaluation did not finish"]
-    markdown = "\n".join(render_before_after(section, {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}))
+    markdown = "\n".join(render_before_after(section, {"pypi://SmolLM2-135M-Instruct": "plots/curves.png"}))
     assert "## GSM8K, pretrained model `pypi://SmolLM2-135M-Instruct`" in markdown
     # grpo: 0.03, 0.04, 0.05 -> 0.040 ± 0.010, t(2) = 4.303: [0.015, 0.065], all above 0.002
     assert ("| grpo | 3 | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ | 0.012 → 0.050 ± 0.010 [0.025, 0.075] ↑ | "
@@ -179,8 +179,8 @@ def test_a_math_verify_table_explains_its_reward_and_the_processes_nvidia_smi_sa
 
 def test_write_leaderboard_plots_the_curves_and_leaves_readmes_alone(export, tmp_path):
     written = write_leaderboard(export, tmp_path, export_path="results/leaderboard/gsm8k_smollm2/runs.json")
-    assert tmp_path / "gsm8k_leaderboard" / "curves.png" in written
-    assert (tmp_path / "gsm8k_leaderboard" / "curves.png").stat().st_size > 10_000
+    assert tmp_path / "plots" / "curves.png" in written
+    assert (tmp_path / "plots" / "curves.png").stat().st_size > 10_000
     assert not any(path.name == "README.md" for path in written)  # only the repository's own results/ does
     assert "![held-out accuracy and training reward vs step" in (tmp_path / "leaderboard.md").read_text()
 
@@ -361,7 +361,7 @@ def test_committed_gsm8k_export_makes_the_section_and_its_plot():
     # (the leaderboard is complete when every variant has a row: issue 13's acceptance, not this test's).
     assert section.befores and all(figures for figures in section.befores.values())
     if section.rows:
-        assert (table / "gsm8k_leaderboard" / "curves.png").stat().st_size > 10_000
+        assert (table / "plots" / "curves.png").stat().st_size > 10_000
 
 
 def test_each_pretrained_model_gets_its_own_curves():
@@ -369,9 +369,9 @@ def test_each_pretrained_model_gets_its_own_curves():
 
     from core.leaderboard.board import pretrained_plots
     one = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct")])
-    assert pretrained_plots(one) == {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}
+    assert pretrained_plots(one) == {"pypi://SmolLM2-135M-Instruct": "plots/curves.png"}
     two = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct"),
                                 SimpleNamespace(model="pypi://Qwen2.5-Coder-0.5B-Instruct")])
     assert pretrained_plots(two) == {
-        "pypi://Qwen2.5-Coder-0.5B-Instruct": "gsm8k_leaderboard/curves_qwen2.5-coder-0.5b-instruct.png",
-        "pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves_smollm2-135m-instruct.png"}
+        "pypi://Qwen2.5-Coder-0.5B-Instruct": "plots/curves_qwen2.5-coder-0.5b-instruct.png",
+        "pypi://SmolLM2-135M-Instruct": "plots/curves_smollm2-135m-instruct.png"}

@@ -10,7 +10,7 @@ Outputs (all deterministic: the same export gives byte-identical files):
   vs step, mean over seeds with a ±std band, one line per recipe).
 
 Exports with `evals` add a section per pretrained model (before_after.py: before -> after RL, mean,
-std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/ (one figure per model; a run that did not
+std and a 95% interval over seeds), with its curves in plots/ (one figure per model; a run that did not
 validate at step 0 starts at the pretrained model's evaluation, eval_columns.with_pretrained_start); the training runs
 it shows appear only there, not in the tiny-task table. Rows whose runs call tools get a before -> after
 section of their own too (tool_use.py). Written into the repository's own tables (TINY_TABLE, RECIPE_BASELINES), the
@@ -224,7 +224,7 @@ def _one_protocol(task: str, runs: list[dict]) -> dict[str, str]:
 
 # ---- rendering ---------------------------------------------------------------------------------
 
-PRETRAINED_PLOT = "gsm8k_leaderboard/curves.png"  # the pretrained-model section's curves, under the out dir
+PRETRAINED_PLOT = "plots/curves.png"  # the pretrained-model section's curves, under the out dir
 
 
 def pretrained_plots(section: BeforeAfter) -> dict[str, str]:
