@@ -126,7 +126,7 @@ def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
 
 
 def leaderboard(args: argparse.Namespace) -> int:
-    """MLflow (or a committed export) -> results/leaderboard.{md,csv,json} and curves_*.png."""
+    """MLflow (or a committed export) -> <out>/leaderboard.{md,csv,json} and curves_*.png."""
     from core.leaderboard.board import write_leaderboard
     from core.leaderboard.export import (
         LeaderboardError,
@@ -207,19 +207,21 @@ def _add_leaderboard_parser(commands) -> None:
         driver = actions.add_parser(name, help=what, add_help=False, prefix_chars="+")
         driver.add_argument("driver_args", nargs=argparse.REMAINDER)
         driver.set_defaults(handler=leaderboard_driver)
-    report = actions.add_parser("report", help="build results/leaderboard.md and plots from MLflow runs or exports")
+    report = actions.add_parser("report", help="build a leaderboard.md and plots from MLflow runs or exports "
+                                "(default: the tiny-task table, results/leaderboard/gsm8k_smollm2/)")
     report.add_argument("--uri", nargs="+", default=[None],
                         help="MLflow tracking URI(s), merged into one table (default: sqlite:///<cwd>/mlflow.db)")
     report.add_argument("--experiment", default="recipezoo", help="MLflow experiment (tracking.experiment)")
     report.add_argument("--from-export", metavar="PATH", nargs="+",
                         help="rebuild from run export(s), without MLflow; several are merged into one leaderboard "
-                             "(e.g. results/runs.json results/gsm8k_leaderboard/runs.json)")
-    report.add_argument("--export", metavar="PATH", default="results/runs.json",
+                             "(e.g. results/leaderboard/gsm8k_smollm2/tiny_runs.json "
+                             "results/leaderboard/gsm8k_smollm2/runs.json)")
+    report.add_argument("--export", metavar="PATH", default="results/leaderboard/gsm8k_smollm2/tiny_runs.json",
                         help="where to write the run export when reading MLflow")
     report.add_argument("--add-to-export", action="store_true",
                         help="add the MLflow runs to the existing --export file instead of replacing it "
-                             "(e.g. new recipes' runs to results/runs.json)")
-    report.add_argument("--out", metavar="DIR", default="results", help="output directory")
+                             "(e.g. new recipes' runs to results/leaderboard/gsm8k_smollm2/tiny_runs.json)")
+    report.add_argument("--out", metavar="DIR", default="results/leaderboard/gsm8k_smollm2", help="output directory")
     report.set_defaults(handler=leaderboard)
 
 

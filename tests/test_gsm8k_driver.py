@@ -360,7 +360,7 @@ def tiny_benchmarks(folder: Path) -> Path:
 def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     """One GRPO run (2 steps) and the pretrained model's evaluation at once, the HF rollout on CPU, 3 problems
     per eval set: the export holds the training run and both stages' eval runs, and the section renders;
-    --merge then writes results/gsm8k_leaderboard/ and the leaderboard. 24 s on an idle 2-core machine (most of
+    --merge then writes results/leaderboard/gsm8k_smollm2/ and the leaderboard. 24 s on an idle 2-core machine (most of
     it three processes importing torch and transformers); minutes when other work shares the cores."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "core.cli", "leaderboard", "run", "--model", random_model_dir,
@@ -384,11 +384,12 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     assert stages == [("after", name) for name in sets] + [("before", name) for name in sets]
     board = (out / "leaderboard.md").read_text()
     assert f"## GSM8K, pretrained model `{random_model_dir}`" in board and "| grpo | 1 |" in board
-    assert (out / "gsm8k_leaderboard" / "curves.png").is_file()
+    assert (out / "plots" / "curves.png").is_file()
 
     results = tmp_path / "results"
-    results.mkdir()
-    shutil.copy(REPO / "results" / "runs.json", results / "runs.json")
+    table = results / "leaderboard" / "gsm8k_smollm2"
+    table.mkdir(parents=True)
+    shutil.copy(REPO / "results" / "leaderboard" / "gsm8k_smollm2" / "tiny_runs.json", table / "tiny_runs.json")
     # Another invocation kept for its timings only: listed, marked, its runs not merged.
     timing = tmp_path / "timing" / "invocations"
     timing.mkdir(parents=True)
@@ -402,19 +403,19 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
     other.mkdir(parents=True)
     (other / "20000101-000000.json").write_text(json.dumps({**record, "command": "another", "jobs": []}))
     assert report.merge_outputs([out], results, [timing.parent, other.parent]) == 0
-    assert [entry["run_id"] for entry in load_export(results / "gsm8k_leaderboard" / "runs.json")["runs"]] == [
+    assert [entry["run_id"] for entry in load_export(table / "runs.json")["runs"]] == [
         run["run_id"]]
-    readme = (results / "gsm8k_leaderboard" / "README.md").read_text()
+    readme = (table / "README.md").read_text()
     assert "`recipezoo leaderboard run --model" in readme and "| grpo-seed0 |" in readme
     assert readme.count("| 6 |") == 1 and "| `another` |" in readme
     assert "| timings only |" in readme and "| 1 of 1 |" in readme
     # the regenerating command names the --results it was merged into, not results/
-    assert f"--from-export {results}/runs.json {results}/gsm8k_leaderboard/runs.json --out {results}`" in readme
+    assert f"--from-export {table}/tiny_runs.json {table}/runs.json --out {table}`" in readme
     assert record_path.name.endswith(f"-{out.name}.json")
-    assert load_export(results / "gsm8k_leaderboard" / "timings" / "timing.json") == export
-    assert sorted(path.name for path in (results / "gsm8k_leaderboard" / "invocations").iterdir()) == [
+    assert load_export(table / "timings" / "timing.json") == export
+    assert sorted(path.name for path in (table / "invocations").iterdir()) == [
         "20000101-000000-other.json", "20000101-000000.json", record_path.name]
-    merged = json.loads((results / "leaderboard.json").read_text())
+    merged = json.loads((table / "leaderboard.json").read_text())
     assert merged["rows"] and merged["before_after"]["rows"][0]["recipe"] == "grpo"
     # The pretrained model evaluated again elsewhere: the table refuses the second evaluation, and no file changes.
     again = tmp_path / "again"
@@ -423,7 +424,7 @@ def test_driver_end_to_end_on_cpu(tmp_path, random_model_dir):
                                                  for entry in export["evals"] if entry["stage"] == "before"]},
                 again / "runs.json")
     before = {path: path.read_bytes() for path in results.rglob("*") if path.is_file()}
-    assert report.merge_outputs([results / "gsm8k_leaderboard", again], results) == 1
+    assert report.merge_outputs([table, again], results) == 1
     assert {path: path.read_bytes() for path in results.rglob("*") if path.is_file()} == before
     # The same runs as a table of their own (--table): its own leaderboard, the GSM8K section's files untouched.
     assert report.merge_outputs([out], results, table="leaderboard/tiny_gsm8k") == 0

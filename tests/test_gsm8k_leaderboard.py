@@ -1,6 +1,6 @@
 """The leaderboard's pretrained-model section (GSM8K before -> after RL over seeds), from a synthetic export
 with hand-computed numbers; the tagged-eval path through a real MLflow file store; the recipe README blocks;
-and the committed export (skipped until results/gsm8k_leaderboard/runs.json is committed)."""
+and the committed export (skipped until results/leaderboard/gsm8k_smollm2/runs.json is committed)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_section_rows_are_mean_std_and_t_interval_over_seeds(export):
         "openai/gsm8k mean@1 (strict)", "openai/gsm8k mean@1 (flexible)", "math500 mean@1 (math_verify)",
         "aime24 mean@16 (math_verify)", "aime24 pass@16 (math_verify)"]
     assert section.left_out == ["dapo training run dapo-2: its evaluation did not finish"]
-    markdown = "\n".join(render_before_after(section, {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}))
+    markdown = "\n".join(render_before_after(section, {"pypi://SmolLM2-135M-Instruct": "plots/curves.png"}))
     assert "## GSM8K, pretrained model `pypi://SmolLM2-135M-Instruct`" in markdown
     # grpo: 0.03, 0.04, 0.05 -> 0.040 ± 0.010, t(2) = 4.303: [0.015, 0.065], all above 0.002
     assert ("| grpo | 3 | — | 0.002 → 0.040 ± 0.010 [0.015, 0.065] ↑ | 0.012 → 0.050 ± 0.010 [0.025, 0.075] ↑ | "
@@ -130,7 +130,7 @@ def test_section_rows_are_mean_std_and_t_interval_over_seeds(export):
 def test_section_runs_stay_out_of_the_tiny_table_and_records_match(export):
     board = build_leaderboard(export)
     assert board.rows == [] and board.tasks == []
-    data = json.loads(render_json(board, "results/gsm8k_leaderboard/runs.json"))["before_after"]
+    data = json.loads(render_json(board, "results/leaderboard/gsm8k_smollm2/runs.json"))["before_after"]
     grpo = data["rows"][0]
     assert grpo["recipe"] == "grpo" and grpo["openai/gsm8k mean@1 (strict)"]["values"] == [0.03, 0.04, 0.05]
     assert grpo["openai/gsm8k mean@1 (strict)"]["ci95"] == [pytest.approx(0.015157), pytest.approx(0.064843)]
@@ -200,9 +200,9 @@ def test_a_math_verify_table_explains_its_reward_and_the_processes_nvidia_smi_sa
 
 
 def test_write_leaderboard_plots_the_curves_and_leaves_readmes_alone(export, tmp_path):
-    written = write_leaderboard(export, tmp_path, export_path="results/gsm8k_leaderboard/runs.json")
-    assert tmp_path / "gsm8k_leaderboard" / "curves.png" in written
-    assert (tmp_path / "gsm8k_leaderboard" / "curves.png").stat().st_size > 10_000
+    written = write_leaderboard(export, tmp_path, export_path="results/leaderboard/gsm8k_smollm2/runs.json")
+    assert tmp_path / "plots" / "curves.png" in written
+    assert (tmp_path / "plots" / "curves.png").stat().st_size > 10_000
     assert not any(path.name == "README.md" for path in written)  # only the repository's own results/ does
     assert "![held-out accuracy and training reward vs step" in (tmp_path / "leaderboard.md").read_text()
 
@@ -267,10 +267,10 @@ def test_tagged_eval_runs_in_a_file_store_make_the_section(tmp_path, monkeypatch
     assert "2.0 (2.0 after step 1); rollout/logprob_diff mean 0.015, max 0.50 |" in markdown
 
     # Merged with the committed tiny-task export: its table is untouched, the section follows it.
-    tiny = load_export(REPO / "results" / "runs.json")
+    tiny = load_export(REPO / "results" / "leaderboard" / "gsm8k_smollm2" / "tiny_runs.json")
     merged, alone = tmp_path / "merged", tmp_path / "alone"
-    write_leaderboard(merge_exports([tiny, export]), merged, export_path="results/runs.json x/runs.json")
-    write_leaderboard(tiny, alone, export_path="results/runs.json")
+    write_leaderboard(merge_exports([tiny, export]), merged, export_path="tiny_runs.json x/runs.json")
+    write_leaderboard(tiny, alone, export_path="tiny_runs.json")
     assert (merged / "leaderboard.csv").read_text() == (alone / "leaderboard.csv").read_text()
     assert (alone / "leaderboard.md").read_text().split("\n## Results")[1].split("\n## GSM8K")[0] in \
         (merged / "leaderboard.md").read_text()
@@ -304,7 +304,7 @@ def test_readme_blocks_are_rewritten_between_their_markers(export, tmp_path):
             f"--model {MODEL} --eval-before`, then `recipezoo leaderboard merge outputs/gsm8k_leaderboard "
             "--table leaderboard/gsm8k_coder`.") in text
     assert update_gsm8k_readmes(section, tmp_path, source, table) == []  # unchanged
-    assert render_block(None, ["ppo"], "x").startswith("No runs of `ppo` from a pretrained model on GSM8K")
+    assert render_block(None, ["ppo"], "x", table).startswith("No runs of `ppo` from a pretrained model on GSM8K")
     # A recipe with no row yet: the command that makes it, at the table's budget and model.
     assert f"--format-score 0.1 --model {MODEL} --eval-before` makes them, then" in render_block(section, ["ppo"], source,
                                                                                                  table)
@@ -320,10 +320,10 @@ def test_an_export_merged_twice_counts_each_run_once(export):
 
 def test_a_lora_block_reruns_with_the_driver_s_lora_flag():
     assert "`recipezoo leaderboard run --recipes grpo rloo --lora-rank 16 --eval-before`" in render_block(
-        None, ["grpo-lora16", "rloo-lora16"], "x")
+        None, ["grpo-lora16", "rloo-lora16"], "x", "t")
     for mixed in (["grpo", "grpo-lora16"], ["grpo-lora8", "grpo-lora16"]):
         with pytest.raises(ValueError, match="LoRA rows of one rank, or full-weight rows only"):
-            render_block(None, mixed, "x")
+            render_block(None, mixed, "x", "t")
 
 
 def committed_section(table=RECIPE_BASELINES):
@@ -345,7 +345,8 @@ def test_committed_recipe_readmes_show_the_committed_rows():
 
 
 def test_committed_recipe_readmes_show_their_tiny_rows():
-    sources = json.loads((REPO / "results" / "leaderboard.json").read_text())["source"].split()
+    sources = json.loads((REPO / "results" / "leaderboard" / "gsm8k_smollm2" / "leaderboard.json").read_text())
+    sources = sources["source"].split()
     board = build_leaderboard(merge_exports([load_export(REPO / path) for path in sources]))
     blocks = [(readme, match) for readme in sorted((REPO / "recipes").glob("*/README.md"))
               for match in TINY_BLOCK.finditer(readme.read_text())]
@@ -364,7 +365,7 @@ def test_tiny_block_shows_mean_std_start_and_the_rerun():
                 "wall_seconds": 1.0, "generated_tokens": 10, "params": params, "tags": {},
                 "final": {"val/arithmetic/acc": final}, "history": {"val/arithmetic/acc": [[0, start], [100, final]]}}
     board = build_leaderboard({"runs": [run(0, 0.60, 0.80), run(1, 0.62, 0.90)], "experiment": "x", "schema": 1})
-    text = render_tiny_block(board.rows, board.tasks, ["grpo"], "results/runs.json")
+    text = render_tiny_block(board.rows, board.tasks, ["grpo"], "tiny_runs.json")
     # mean 0.85, std (ddof=1) of 0.80 and 0.90 = 0.0707; start mean 0.61
     assert "| grpo | 0.850 ± 0.071 (2) | 0.610 | 2 | 100 |" in text
     assert "`python -m bench.leaderboard.tiny_baselines --variants grpo --seeds 0 1 2 --steps 100 --test-freq 20`" in text
@@ -372,16 +373,17 @@ def test_tiny_block_shows_mean_std_start_and_the_rerun():
 
 
 def test_committed_gsm8k_export_makes_the_section_and_its_plot():
-    export_path = REPO / "results" / "gsm8k_leaderboard" / "runs.json"
+    table = REPO / "results" / "leaderboard" / "gsm8k_smollm2"
+    export_path = table / "runs.json"
     if not export_path.exists():
-        pytest.skip("results/gsm8k_leaderboard/runs.json is not committed yet (recipezoo leaderboard run makes it)")
-    section, sources = committed_section(REPO / "results")
-    assert "results/gsm8k_leaderboard/runs.json" in sources and section is not None
+        pytest.skip("results/leaderboard/gsm8k_smollm2/runs.json is not committed yet (recipezoo leaderboard run makes it)")
+    section, sources = committed_section(table)
+    assert "results/leaderboard/gsm8k_smollm2/runs.json" in sources and section is not None
     # The pretrained model's figures head the section; trained recipes join it as their runs are committed
     # (the leaderboard is complete when every variant has a row: issue 13's acceptance, not this test's).
     assert section.befores and all(figures for figures in section.befores.values())
     if section.rows:
-        assert (REPO / "results" / "gsm8k_leaderboard" / "curves.png").stat().st_size > 10_000
+        assert (table / "plots" / "curves.png").stat().st_size > 10_000
 
 
 def test_each_pretrained_model_gets_its_own_curves():
@@ -389,9 +391,9 @@ def test_each_pretrained_model_gets_its_own_curves():
 
     from core.leaderboard.board import pretrained_plots
     one = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct")])
-    assert pretrained_plots(one) == {"pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves.png"}
+    assert pretrained_plots(one) == {"pypi://SmolLM2-135M-Instruct": "plots/curves.png"}
     two = SimpleNamespace(rows=[SimpleNamespace(model="pypi://SmolLM2-135M-Instruct"),
                                 SimpleNamespace(model="pypi://Qwen2.5-Coder-0.5B-Instruct")])
     assert pretrained_plots(two) == {
-        "pypi://Qwen2.5-Coder-0.5B-Instruct": "gsm8k_leaderboard/curves_qwen2.5-coder-0.5b-instruct.png",
-        "pypi://SmolLM2-135M-Instruct": "gsm8k_leaderboard/curves_smollm2-135m-instruct.png"}
+        "pypi://Qwen2.5-Coder-0.5B-Instruct": "plots/curves_qwen2.5-coder-0.5b-instruct.png",
+        "pypi://SmolLM2-135M-Instruct": "plots/curves_smollm2-135m-instruct.png"}

@@ -152,14 +152,15 @@ def test_a_seed_logged_twice_is_an_error(export):
 
 def test_cli_from_mlflow_then_from_export_is_byte_identical(store, in_tmp):
     assert main(["leaderboard", "report", "--uri", store["uri"], "--experiment", "zoo"]) == 0
-    results = in_tmp / "results"
-    names = ["runs.json", "leaderboard.md", "leaderboard.csv", "leaderboard.json", "curves_arithmetic.png"]
+    table = "results/leaderboard/gsm8k_smollm2"  # the defaults: the tiny-task table and its export
+    results = in_tmp / table
+    names = ["tiny_runs.json", "leaderboard.md", "leaderboard.csv", "leaderboard.json", "curves_arithmetic.png"]
     first = {name: (results / name).read_bytes() for name in names}
     assert first["curves_arithmetic.png"].startswith(b"\x89PNG") and b"matplotlib" not in first["curves_arithmetic.png"]
 
-    assert main(["leaderboard", "report", "--from-export", "results/runs.json", "--out", "results"]) == 0
+    assert main(["leaderboard", "report", "--from-export", f"{table}/tiny_runs.json", "--out", table]) == 0
     assert {name: (results / name).read_bytes() for name in names} == first
-    assert main(["leaderboard", "report", "--from-export", "results/runs.json", "--out", "elsewhere"]) == 0
+    assert main(["leaderboard", "report", "--from-export", f"{table}/tiny_runs.json", "--out", "elsewhere"]) == 0
     for name in ("leaderboard.csv", "leaderboard.json", "curves_arithmetic.png"):
         assert (in_tmp / "elsewhere" / name).read_bytes() == first[name]
 

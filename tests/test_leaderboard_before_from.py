@@ -12,8 +12,8 @@ from bench.leaderboard.suites import SUITES
 from core.leaderboard.export import load_export, save_export
 
 REPO = Path(__file__).resolve().parent.parent
-LONG = REPO / "results/reasoning_gym_open_160/reasoning_gym_open"
-SHORT_EXPORT = REPO / "results/reasoning_gym_open_80/reasoning_gym_open/runs.json"
+LONG = REPO / "results/leaderboard/reasoning_gym_open_160"
+SHORT_EXPORT = REPO / "results/leaderboard/reasoning_gym_open_80/runs.json"
 SUITE = SUITES["reasoning-gym-open"]
 
 

@@ -146,7 +146,7 @@ def test_speed_up_and_the_sync_interval_by_hand(tmp_path):
     assert (sync.wall.mean, off.wall.mean, tis.wall.mean) == pytest.approx((330, 200, 150))
     assert off.speedup == pytest.approx(1.65) and tis.speedup == pytest.approx(2.2)  # 330 / 200, 330 / 150
     assert off.within_sync_interval is True and tis.within_sync_interval is False  # 0.43 inside, 0.31 below 0.370
-    markdown = "\n".join(schedule_lines(section.rows, section.columns, "gsm8k_leaderboard/schedules.png"))
+    markdown = "\n".join(schedule_lines(section.rows, section.columns, "plots/schedules.png"))
     # s/step: 25 steps each, 200 / 25 = 8.00 ± 10 / 25 = 0.40
     assert ("| grpo-one_step_off | one_step_off | 3 | 0.430 ± 0.020 [0.380, 0.480] | yes | 1 | 200 ± 10 | 8.00 ± 0.40 "
             "| 1.65× |") in markdown
@@ -165,7 +165,7 @@ def test_speed_up_and_the_sync_interval_by_hand(tmp_path):
     tis.schedule = RunSchedule("one_step_off", "tis", rollout_gpus=1, training_gpus=1)
     assert tis.speedup == pytest.approx(1.1)
     (plot,) = write_schedule_plots(section, tmp_path)
-    assert plot == tmp_path / "gsm8k_leaderboard" / "schedules.png" and plot.stat().st_size > 0
+    assert plot == tmp_path / "plots" / "schedules.png" and plot.stat().st_size > 0
 
 
 def test_a_run_stopped_early_counts_by_its_seconds_a_step():

@@ -39,7 +39,7 @@ def test_the_readme_shows_the_headline_and_the_docs_page_every_table():
 
 
 def test_the_readme_shows_the_table_that_ranks():
-    open_80 = "results/reasoning_gym_open_80/reasoning_gym_open"
+    open_80 = "results/leaderboard/reasoning_gym_open_80"
     assert open_80 in [table.folder for table in readme_snapshot.HEADLINE]
     (ranked, _), = readme_snapshot.committed_boards([Table(open_80, "")])
     ranks = {row["rank"] for row in ranked["before_after"]["rows"]} - {None}

@@ -138,7 +138,7 @@ def test_answer_in_question_share_counts_rows():
 
 def test_open_suite_fraction_simplification_copies_to_0_21(tmp_path, capsys):
     """21 of the 100 test fractions the open suite draws are already in lowest terms: copying the question's
-    fraction scores 0.21, where its trained runs ended (0.18-0.21, results/reasoning_gym_open/leaderboard.md)."""
+    fraction scores 0.21, where its trained runs ended (0.18-0.21, results/leaderboard/reasoning_gym_open/leaderboard.md)."""
     from bench.leaderboard.suites import OPEN_SUITE_TASKS, SUITE_SEED, SUITE_TEST_ROWS
 
     settings = dict(OPEN_SUITE_TASKS)["fraction_simplification"]

@@ -8,16 +8,16 @@ On one machine's GPUs, into one MLflow file store, a run export and a leaderboar
         [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
         [--lora-rank 16] [-- <config overrides for every run>]
     recipezoo leaderboard merge DIR [DIR ...] [--timing-only DIR ...] [--before-from RUNS_JSON]
-        # -> results/gsm8k_leaderboard/ and results/leaderboard.md
+        # -> results/leaderboard/gsm8k_smollm2/ and results/leaderboard/gsm8k_smollm2/leaderboard.md
 
 Each job is a process (bench/leaderboard/job.py) on one GPU (CUDA_VISIBLE_DEVICES), up to --runs-per-gpu (K) at once
 per GPU, each engine with 1/K of --engine-memory. Two at a time is the default: on an H100, two SmolLM2 jobs took
 9.4-12.5 s a step each against 8.7-9.1 s alone (about 1.6x the steps per second), three took 14.3-18.3 s and four
-27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/gsm8k_leaderboard/README.md,
+27-65 s, whose engine starts, which wait for each other, also took up to 226 s (results/leaderboard/gsm8k_smollm2/README.md,
 2026-11-25). Those starts wait because vLLM measures the free memory to size its KV cache; --engine-kv-gib gives
 each engine that size instead, and a GPU's jobs start side by side: 8 SmolLM2 jobs on 2 H200s, 4 a GPU, took 83 s
 to start together with cold compile caches, 32-48 s once warm, where 3 a GPU without it on H100s took up to 3m09s
-(results/reasoning_gym_open_long/reasoning_gym_open/README.md, 2026-11-27). A job trains one
+(results/leaderboard/reasoning_gym_open_long/README.md, 2026-11-27). A job trains one
 (recipe, seed) for --steps steps, or fewer when --time-limit-s runs out (the run is then tagged
 stopped_by_budget: stopped on purpose, still counted), validating every --test-freq steps and at the end, and
 evaluates its final policy; --eval-before adds one job that evaluates the pretrained model. A training job also
@@ -257,7 +257,7 @@ def run_overrides(args, data: Path, uri: str, engine_len: int, model_sha: str | 
         f"data.max_prompt_length={args.max_prompt}", f"data.max_response_length={args.max_response}",
         f"actor.lr={args.lr}", f"rollout.temperature={args.temperature}", f"trainer.total_steps={args.steps}",
         # Micro-batches of 32k real tokens over the K runs sharing a GPU (at least 8k), for memory: on one H200
-        # they halved old_log_prob and update_actor against 8k (results/gsm8k_leaderboard, 2026-11-24).
+        # they halved old_log_prob and update_actor against 8k (results/leaderboard/gsm8k_smollm2, 2026-11-24).
         f"actor.micro_batch_tokens={max(8192, 32768 // k)}",
         f"trainer.test_freq={args.test_freq}", "trainer.save_freq=0",
         # How a GSM8K answer is read (--train-reward); with strict, a wrong `#### N` still earns format_score.

@@ -3,7 +3,7 @@
 # PER_TASK test problems of each of the suite's tasks (the same problems as its leaderboard's test set, which holds
 # 100 per task), generated and scored by `recipezoo eval` into OUT_JSON, and beside it OUT.md: per task the prompts,
 # the accuracy, the constant-answer share of those problems and the task's settings (bench/leaderboard/suite_candidates_table.py).
-# Used to choose a suite's model and its tasks' difficulties (results/reasoning_gym*/candidates).
+# Used to choose a suite's model and its tasks' difficulties (results/leaderboard/reasoning_gym*/candidates).
 #     bash bench/leaderboard/suite_candidates.sh MODEL OUT_JSON [GGUF_FILE]     # MODEL: HF id, dir or pypi:// name
 # Environment: SUITE (default reasoning-gym; bench/leaderboard/suites.py), PER_TASK (default 20), ROLLOUT (default hf),
 # DEVICE (default auto), BATCH (prompts per generate call, default 64; 16 is faster on a CPU, where the hf rollout

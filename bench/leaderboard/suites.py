@@ -5,10 +5,10 @@ of the before → after table, the MLflow experiment and where --merge writes it
 
 - `gsm8k`: GSM8K train/test (the mission's baseline), as the committed GSM8K section.
 - `reasoning-gym`: SUITE_TASKS from reasoning-gym at the difficulties below, chosen so that SmolLM2-135M-Instruct
-  starts between 5% and 50% on each (results/reasoning_gym/leaderboard.md gives the measured starts);
+  starts between 5% and 50% on each (results/leaderboard/reasoning_gym/leaderboard.md gives the measured starts);
   GSM8K, MATH-500 and AIME24 stay as columns, evaluated as in the GSM8K section.
 - `reasoning-gym-open`: OPEN_SUITE_TASKS, reasoning-gym tasks with open answers (no answer is more than 10% of a
-  task's test problems), the same budget and eval sets; results/reasoning_gym_open/candidates/README.md says why.
+  task's test problems), the same budget and eval sets; results/leaderboard/reasoning_gym_open/candidates/README.md says why.
 - `reasoning-gym-coder`: CODER_SUITE_TASKS, open-answer tasks at settings where Qwen2.5-Coder-0.5B-Instruct starts
   between 5% and 50% on each (the stronger model's suite; SmolLM2-135M starts near 0 on most of them).
 """
@@ -32,9 +32,9 @@ GSM8K_EVAL_SETS = (*BASELINE_EVAL_SETS, ("aime25", "aime25/test.parquet", 16, 0.
 BASELINE_DATA = {"gsm8k": ("train", "test"), "math500": ("test",), "aime24": ("test",), "aime25": ("test",)}
 
 # reasoning-gym: (task, difficulty settings) where SmolLM2-135M-Instruct starts between 5% and 47% (the `before`
-# figures of results/reasoning_gym/leaderboard.md, 100 test problems a task). Arithmetic, number theory, dates, logic,
-# string algorithms and a game; no algebra: at simple_equations' easiest settings the model restates the equation
-# instead of solving it, so it starts near 0.
+# figures of results/leaderboard/reasoning_gym/leaderboard.md, 100 test problems a task). Arithmetic, number theory,
+# dates, logic, string algorithms and a game; no algebra: at simple_equations' easiest settings the model restates the
+# equation instead of solving it, so it starts near 0.
 SUITE_TASKS = (
     ("basic_arithmetic", ("max_digits=1", "max_terms=2", "operators=[+, -]", "allow_negation=false",
                           "allow_parentheses=false")),
@@ -50,8 +50,9 @@ SUITE_TASKS = (
 # than 10% of a task's 100 test problems (`--max-constant-share 0.1`): in the suite above syllogism is "Yes" 66 times,
 # isomorphic_strings "False" 54, mahjong_puzzle "Chi" 43, and its runs learn that constant. Arithmetic, algebra
 # (simple_equations), logic (aiw) and a game (countdown) at their easiest settings with open answers; even there
-# SmolLM2-135M-Instruct starts below 5% on those three and on leg_counting (results/reasoning_gym_open/candidates),
-# and bench/leaderboard/task_screen.py finds only one of reasoning-gym's tasks in that band at their easiest levels.
+# SmolLM2-135M-Instruct starts below 5% on those three and on leg_counting
+# (results/leaderboard/reasoning_gym_open/candidates), and bench/leaderboard/task_screen.py finds only one of
+# reasoning-gym's tasks in that band at their easiest levels.
 OPEN_SUITE_TASKS = (
     ("basic_arithmetic", ("max_digits=2", "max_terms=2", "operators=[+, -]", "allow_negation=false",
                           "allow_parentheses=false")),
@@ -63,7 +64,7 @@ OPEN_SUITE_TASKS = (
     ("countdown", ("min_numbers=2", "max_numbers=2", "max_value=20", "min_target=1", "max_target=100")),
 )
 
-# reasoning-gym-coder: the settings of results/reasoning_gym_open/candidates/coder-hard-screen.md, where
+# reasoning-gym-coder: the settings of results/leaderboard/reasoning_gym_open/candidates/coder-hard-screen.md, where
 # Qwen2.5-Coder-0.5B-Instruct started at 0.10-0.44 greedy on each task's 100 test problems (vLLM CPU, fp32), no answer
 # above 10% of them. Arithmetic, algebra and a game; no logic task: the Coder starts at 0 on knights_knaves, aiw's easier
 # settings give one answer to a quarter or more of their problems and its harder ones start at 0, and the other logic
@@ -89,8 +90,8 @@ class Suite:
     train_file: str            # under --data-dir
     val_file: str              # validated during training (the curves)
     eval_sets: tuple           # BASELINE_EVAL_SETS' shape
-    results_dir: str           # under results/: --merge writes runs.json, README.md (and leaderboard.md) here
-    own_leaderboard: bool      # True: results/<results_dir>/leaderboard.md; False: a section of results/leaderboard.md
+    results_dir: str           # under results/: --merge writes runs.json, README.md and leaderboard.md here
+    own_leaderboard: bool      # False: the table also holds the tiny tasks' sections (board.TINY_EXPORT beside it)
     max_response: int          # the suite's default data.max_response_length
     max_prompt: int            # its default data.max_prompt_length
     tasks: tuple = ()          # reasoning-gym (task, settings) pairs, SUITE_TASKS' shape: train_file's folder holds them
@@ -124,16 +125,17 @@ class Suite:
 
 def reasoning_gym_suite(name: str, folder: str, tasks: tuple, max_constant_share: float | None = None) -> Suite:
     """A suite trained and validated on reasoning-gym tasks written to --data-dir/<folder>, with GSM8K, MATH-500
-    and AIME24 as further eval sets, its own MLflow experiment and results/<folder>/leaderboard.md."""
+    and AIME24 as further eval sets, its own MLflow experiment and results/leaderboard/<folder>/leaderboard.md."""
     val_file = f"{folder}/test.parquet"
     return Suite(name, f"{name}-leaderboard", f"{folder}/train.parquet", val_file,
-                 ((folder, val_file, 1, 0.0, 1.0, 256, ("strict",)), *BASELINE_EVAL_SETS), folder, True, 256, 512,
+                 ((folder, val_file, 1, 0.0, 1.0, 256, ("strict",)), *BASELINE_EVAL_SETS), f"leaderboard/{folder}", True,
+                 256, 512,
                  tasks=tasks, max_constant_share=max_constant_share)
 
 
 SUITES = {
     "gsm8k": Suite("gsm8k", "gsm8k-leaderboard", "gsm8k/train.parquet", "gsm8k/test.parquet", GSM8K_EVAL_SETS,
-                   "gsm8k_leaderboard", False, 384, 320),
+                   "leaderboard/gsm8k_smollm2", False, 384, 320),
     "reasoning-gym": reasoning_gym_suite("reasoning-gym", "reasoning_gym", SUITE_TASKS),
     "reasoning-gym-open": reasoning_gym_suite("reasoning-gym-open", "reasoning_gym_open", OPEN_SUITE_TASKS,
                                               max_constant_share=0.1),

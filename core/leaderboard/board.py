@@ -10,10 +10,10 @@ Outputs (all deterministic: the same export gives byte-identical files):
   vs step, mean over seeds with a ±std band, one line per recipe).
 
 Exports with `evals` add a section per pretrained model (before_after.py: before -> after RL, mean,
-std and a 95% interval over seeds), with its curves in gsm8k_leaderboard/ (one figure per model; a run that did not
+std and a 95% interval over seeds), with its curves in plots/ (one figure per model; a run that did not
 validate at step 0 starts at the pretrained model's evaluation, eval_columns.with_pretrained_start); the training runs
 it shows appear only there, not in the tiny-task table. Rows whose runs call tools get a before -> after
-section of their own too (tool_use.py). Written into the repository's own results/, the
+section of their own too (tool_use.py). Written into the repository's own tables (TINY_TABLE, RECIPE_BASELINES), the
 leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
 `<!-- BEGIN tiny-leaderboard ...`); written anywhere under results/, those of its tool-use rows
 (`<!-- BEGIN tool-use-leaderboard ...`).
@@ -69,6 +69,10 @@ PROTOCOL_SOURCES = {
 REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
 # The table each recipe README's GSM8K block shows (recipe_readmes.py): GSM8K from Qwen2.5-Coder-0.5B-Instruct.
 RECIPE_BASELINES = REPO_RESULTS / "leaderboard" / "gsm8k_coder"
+# The tiny tasks' table (the CPU demo's record; the recipe READMEs' tiny-task blocks), its export under its own name
+# beside the runs.json of the GSM8K section from SmolLM2-135M-Instruct that shares the table.
+TINY_TABLE = REPO_RESULTS / "leaderboard" / "gsm8k_smollm2"
+TINY_EXPORT = "tiny_runs.json"
 _SPLIT_NAMES = (("validation", "validation"), ("valid", "validation"), ("val", "validation"),
                 ("test", "test"), ("dev", "dev"), ("train", "train"))
 
@@ -220,7 +224,7 @@ def _one_protocol(task: str, runs: list[dict]) -> dict[str, str]:
 
 # ---- rendering ---------------------------------------------------------------------------------
 
-PRETRAINED_PLOT = "gsm8k_leaderboard/curves.png"  # the pretrained-model section's curves, under the out dir
+PRETRAINED_PLOT = "plots/curves.png"  # the pretrained-model section's curves, under the out dir
 
 
 def pretrained_plots(section: BeforeAfter) -> dict[str, str]:
@@ -399,7 +403,7 @@ def write_leaderboard(export: dict, out_dir: str | Path, export_path: str | Path
                     for model, plot in pretrained_plots(board.before_after).items()]
         written += write_schedule_plots(board.before_after, out)  # only where rows of several schedules sit
     recipes_dir = REPO_RESULTS.parent / "recipes"
-    if out.resolve() == REPO_RESULTS:  # the committed tiny-task table: the recipe READMEs show their rows too
+    if out.resolve() == TINY_TABLE:  # the committed tiny-task table: the recipe READMEs show their rows too
         written += [Path(_display(path)) for path in update_tiny_readmes(board.rows, board.tasks, recipes_dir, source)]
     if out.resolve() == RECIPE_BASELINES:  # the recipes' recorded GSM8K baselines
         changed = update_gsm8k_readmes(board.before_after, recipes_dir, source, _display(out))

@@ -1,11 +1,11 @@
-"""A compact export of the MLflow runs the leaderboard is built from (`results/runs.json`).
+"""A compact export of the MLflow runs the leaderboard is built from (`results/leaderboard/gsm8k_smollm2/tiny_runs.json`).
 
 MLflow is the system of record, but the store (`mlflow.db` plus artifacts) is large and local.
 The export keeps only what the leaderboard and its plots read: per FINISHED run with a `recipe`
 tag, its identity (recipe, model, seed), size (steps, wall time, generated tokens), the
 evaluation-protocol params, the final `val/*` metrics and short histories. Committed next to
 the table, it lets anyone regenerate the table without the store:
-`recipezoo leaderboard report --from-export results/runs.json`.
+`recipezoo leaderboard report --from-export results/leaderboard/gsm8k_smollm2/tiny_runs.json`.
 
 `recipezoo eval` runs tagged `eval_stage=before|after` (a model evaluated before RL, and each
 trained policy after) go to the export's `evals` list, which the leaderboard's before -> after
@@ -337,7 +337,7 @@ def load_export(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise LeaderboardError(f"export {path} does not exist; create it with `recipezoo leaderboard report` "
-                               "(reads MLflow and writes results/runs.json)")
+                               "(reads MLflow and writes results/leaderboard/gsm8k_smollm2/tiny_runs.json)")
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or data.get("schema") != EXPORT_SCHEMA or "runs" not in data:
         raise LeaderboardError(f"{path} is not a recipezoo run export (schema {EXPORT_SCHEMA}); "

@@ -37,15 +37,16 @@ GSM8K_COLUMNS = (("GSM8K math_verify", "openai/gsm8k mean@1 (math_verify)"), ("G
 # The recorded GSM8K baselines every recipe README shows; then the table that ranks: three groups, the largest gain.
 HEADLINE = [Table("results/leaderboard/gsm8k_coder", "GSM8K from Qwen2.5-Coder-0.5B-Instruct, 64 steps, math_verify "
                   "reward", GSM8K_COLUMNS),
-            Table("results/reasoning_gym_open_80/reasoning_gym_open", "The open-answer suite, 80 steps")]
+            Table("results/leaderboard/reasoning_gym_open_80", "The open-answer suite, 80 steps")]
 # docs/leaderboard.md's: the headline, then the shorter budget, the stronger model on that suite and on its own,
 # then the one with every recipe.
 TABLES = [*HEADLINE,
-          Table("results/reasoning_gym_open_long/reasoning_gym_open", "The open-answer suite, 40 steps"),
-          Table("results/reasoning_gym_open_coder/reasoning_gym_open",
+          Table("results/leaderboard/reasoning_gym_open_long", "The open-answer suite, 40 steps"),
+          Table("results/leaderboard/reasoning_gym_open_coder",
                 "The open-answer suite from a stronger model, 64 steps"),
-          Table("results/reasoning_gym_coder", "The stronger model's own suite, every task starting at 5–50%, 64 steps"),
-          Table("results/reasoning_gym", "The first suite, 16 steps, every recipe")]
+          Table("results/leaderboard/reasoning_gym_coder",
+                "The stronger model's own suite, every task starting at 5–50%, 64 steps"),
+          Table("results/leaderboard/reasoning_gym", "The first suite, 16 steps, every recipe")]
 PAGES = {"README.md": HEADLINE, "docs/leaderboard.md": TABLES}  # each page (repository path) and what its block shows
 
 

@@ -58,7 +58,7 @@ def selection_flags(recipes: list[str]) -> str:
     return f"--recipes {' '.join(match.group('variant') for match in lora)} --lora-rank {ranks.pop()}"
 
 
-def render_block(section: BeforeAfter | None, recipes: list[str], source: str, table: str = "results") -> str:
+def render_block(section: BeforeAfter | None, recipes: list[str], source: str, table: str) -> str:
     """The block's body: the named recipes' rows (before → after over seeds) of the table in folder `table`, and
     the command that reruns them (the table's budget and model when the block has no row yet)."""
     rows = [row for row in (section.rows if section else []) if row.recipe in recipes]
@@ -113,7 +113,7 @@ def render_tiny_block(rows: list, tasks: list[str], recipes: list[str], source: 
                 f"`{TINY_DRIVER} --variants {' '.join(recipes)} --seeds 0 1 2` makes them.\n")
     steps = Counter(steps_text(row.steps) for row in rows).most_common(1)[0][0]
     header = ["recipe", *[f"{task} acc{suffix}" for task in tasks for suffix in ("", " at step 0")], "seeds", "steps"]
-    lines = [f"The tiny task: the rows of `results/leaderboard.md`, generated from `{source}` by "
+    lines = [f"The tiny task: the rows of `results/leaderboard/gsm8k_smollm2/leaderboard.md`, generated from `{source}` by "
              "`recipezoo leaderboard report` (do not edit; the protocol and the other recipes are there). Each cell is "
              "mean ± std (n seeds) of the final held-out accuracy; *at step 0* is where the warm-started model began.",
              ""]

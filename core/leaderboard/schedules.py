@@ -29,7 +29,7 @@ from core.leaderboard.tables import markdown_table
 
 SYNC, NO_CORRECTION, COLOCATED = "sync", "none", "colocated"
 CLAIMED_SPEEDUP = 1.6  # issue 38: "same accuracy within the seeds' 95% interval, at ≥ 1.6× less wall-clock than sync"
-SCHEDULE_PLOT = "gsm8k_leaderboard/schedules.png"  # under the leaderboard's out dir, beside the curves
+SCHEDULE_PLOT = "plots/schedules.png"  # under the leaderboard's out dir, beside the curves
 
 
 @dataclass(frozen=True)
