@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from core.cli import main as cli_main
+from core.data import tool_arithmetic
 from core.data.dataset import write_rows
 from core.models.tool_warmstart import TAG_CHARACTERS
 from tests.test_dry_run import gsm8k_rows
@@ -109,10 +110,13 @@ def test_vllm_turns_stop_on_the_tag_and_match_hf_greedy(tool_model_dir):
     assert all(len(c.log_probs) == len(c.token_ids) for c in ours)
 
 
-def test_the_gsm8k_python_tool_run_dry_runs_offline(tmp_path):
-    """recipes/tool_use/run_gpu.sh, checked as a user checks it before launching: config, tools and data, no model."""
+@pytest.mark.parametrize("task", ["gsm8k", "tool_arithmetic"])
+def test_the_gsm8k_python_tool_run_dry_runs_offline(tmp_path, task):
+    """recipes/tool_use/run_gpu.sh, checked as a user checks it before launching: config (its math_verify reward
+    among them), tools and data, no model; on GSM8K and on `recipezoo data tool-arithmetic`'s rows."""
     for split in ("train", "test"):
-        write_rows(gsm8k_rows(), tmp_path / "gsm8k" / f"{split}.parquet")
+        rows = gsm8k_rows() if task == "gsm8k" else tool_arithmetic.make_rows(split, 8, seed=0)
+        write_rows(rows, tmp_path / "gsm8k" / f"{split}.parquet")
     script = Path(__file__).resolve().parents[1] / "recipes" / "tool_use" / "run_gpu.sh"
     env = dict(os.environ, DATA=str(tmp_path / "gsm8k"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                RECIPEZOO_CACHE=str(tmp_path / "cache"),

@@ -88,7 +88,8 @@ def test_gsm8k_aliases_and_arithmetic_use_the_gsm8k_scorer():
 def test_unknown_data_source_names_it_and_the_known_ones():
     batch = rollout_batch(["#### 1"], ["aime"], ["1"])
     with pytest.raises(ValueError, match=r"'aime'.*\['DigitalLearningGmbH/MATH-lighteval', .*'aime24', 'aime25', "
-                                         r"'amc23', 'arithmetic', 'calculator', 'gsm8k', .*'openai/gsm8k'\]"):
+                                         r"'amc23', 'arithmetic', 'calculator', 'gsm8k', .*'openai/gsm8k', "
+                                         r"'tool_arithmetic'\]"):
         RewardManager(TOKENIZER)(batch)
 
 

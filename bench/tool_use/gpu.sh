@@ -31,7 +31,10 @@ tool_data=$single_data
 [ "$format" != tags ] || tool_data=$(gsm8k_train "$work/gsm8k_tags" "$tags_instruction")
 
 # The budget both runs share: 32 prompts x 8 episodes a step, responses (every turn and tool reply) <= 768 tokens.
-common=(data.train_batch_size=32 rollout.n=8 data.max_prompt_length=512 data.max_response_length=768
+# The reward both runs share reads the model's own answer (math_verify: the last \boxed{}, else the final expression):
+# under GSM8K's strict `#### N` a model that answers \boxed{N} scores 0 whatever it does with the tool.
+common=(reward.gsm8k_method=math_verify
+        data.train_batch_size=32 rollout.n=8 data.max_prompt_length=512 data.max_response_length=768
         actor.ppo_mini_batch_size=16 actor.micro_batch_size=16 "actor.lr=${LR:-5e-6}" actor.gradient_checkpointing=true
         rollout.gpu_memory_utilization=0.5)
 tools=(rollout.multi_turn.enable=true "rollout.multi_turn.tools=[core.rollout.multi_turn.python_tool:python]"

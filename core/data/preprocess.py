@@ -26,6 +26,7 @@ GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 LOCAL_SUFFIXES = (".jsonl", ".parquet", ".json")
 REASONING_GYM = "reasoning-gym"  # procedural tasks, core/data/reasoning_gym.py
+TOOL_ARITHMETIC = "tool-arithmetic"  # arithmetic the tool decides, core/data/tool_arithmetic.py
 
 
 @dataclass(frozen=True)
@@ -209,28 +210,39 @@ def preprocess(name: str, out_dir: str | Path, *, local: str | Path | None = Non
 
 # ---- command line -------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    """One command for both kinds of data: a benchmark (exit 1 on failure, as before) or reasoning-gym tasks
-    (core/data/reasoning_gym.py; exit 2: everything it refuses is bad input)."""
-    suite = args.benchmark == REASONING_GYM
-    misplaced = [flag for flag, value in (("--tasks", args.tasks), ("--difficulty", args.difficulty),
-                                          ("--max-constant-share", args.max_constant_share is not None)) if value]
-    if misplaced and not suite:
-        print(f"recipezoo data: {' and '.join(misplaced)} belong to `recipezoo data reasoning-gym`, not "
-              f"{args.benchmark}", file=sys.stderr)
+    """One command for three kinds of data: a benchmark (exit 1 on failure, as before), reasoning-gym tasks
+    (core/data/reasoning_gym.py) or the tool arithmetic task (core/data/tool_arithmetic.py); for the generated
+    ones exit 2: everything they refuse is bad input."""
+    generated = args.benchmark in (REASONING_GYM, TOOL_ARITHMETIC)
+    benchmarks = tuple(BENCHMARKS)
+    owners = {"--tasks": (REASONING_GYM,), "--difficulty": (REASONING_GYM, TOOL_ARITHMETIC),
+              "--max-constant-share": (REASONING_GYM,), "--local": benchmarks}
+    given = {"--tasks": args.tasks, "--difficulty": args.difficulty, "--local": args.local,
+             "--max-constant-share": args.max_constant_share is not None}
+    misplaced = [flag for flag, value in given.items() if value and args.benchmark not in owners[flag]]
+    if misplaced:
+        where = "; ".join(f"{flag} belong to " + ("`recipezoo data <benchmark>`" if owners[flag] == benchmarks else
+                                                   " or ".join(f"`recipezoo data {o}`" for o in owners[flag]))
+                          for flag in misplaced)
+        print(f"recipezoo data: {where}, not {args.benchmark}", file=sys.stderr)
         return 2
     notes = []  # reasoning-gym: each task's constant-answer and answer-in-the-question shares
     try:
-        if suite:
+        if args.benchmark == REASONING_GYM:
             from core.data import reasoning_gym
 
             written, test_by_task = reasoning_gym.write_suite_from_args(args)
             notes = reasoning_gym.answer_share_lines(test_by_task)
+        elif args.benchmark == TOOL_ARITHMETIC:
+            from core.data import tool_arithmetic
+
+            written = tool_arithmetic.write_from_args(args)
         else:
             written = preprocess(args.benchmark, args.out, local=args.local, split=args.split,
                                  instruction=args.instruction)
     except (ValueError, OSError) as error:  # reasoning_gym.TaskError is a ValueError
-        print(f"recipezoo data{' reasoning-gym' if suite else ''}: {error}", file=sys.stderr)
-        return 2 if suite else 1
+        print(f"recipezoo data{f' {args.benchmark}' if generated else ''}: {error}", file=sys.stderr)
+        return 2 if generated else 1
     for line in [f"{path}: {count} rows" for path, count in written] + notes:
         print(line, flush=True)
     return 0
@@ -239,10 +251,10 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(commands) -> argparse.ArgumentParser:
     """Add `data` to an argparse subparsers object (core/cli.py's build_parser)."""
     parser = commands.add_parser(
-        "data", help="write GSM8K / MATH-500 / AIME / AMC / reasoning-gym tasks as verl-schema parquet",
+        "data", help="write GSM8K / MATH-500 / AIME / AMC / reasoning-gym / tool-arithmetic tasks as verl-schema parquet",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("benchmark", choices=[*sorted(BENCHMARKS), REASONING_GYM])
+    parser.add_argument("benchmark", choices=[*sorted(BENCHMARKS), REASONING_GYM, TOOL_ARITHMETIC])
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder: DIR/<split>.parquet")
     parser.add_argument("--local", metavar="FILE",
                         help="read this .jsonl/.parquet/.json (the source's own fields) instead of the Hub")
@@ -251,11 +263,15 @@ def add_parser(commands) -> argparse.ArgumentParser:
     parser.add_argument("--instruction", metavar="TEXT",
                         help="replace the text appended to each question (default: verl's step-by-step "
                              "instruction for the benchmark; '' appends nothing)")
-    suite = parser.add_argument_group("reasoning-gym (core/data/reasoning_gym.py)")
+    suite = parser.add_argument_group("reasoning-gym (core/data/reasoning_gym.py) and tool-arithmetic "
+                                      "(core/data/tool_arithmetic.py)")
     suite.add_argument("--tasks", nargs="+", metavar="TASK", help="reasoning-gym task names")
-    suite.add_argument("--difficulty", nargs="+", metavar="TASK.KEY=VALUE", help="a field of a task's config")
-    suite.add_argument("--size", type=int, default=2000, help="training rows per task")
-    suite.add_argument("--test-size", type=int, default=200, help="test rows per task (none also in train)")
+    suite.add_argument("--difficulty", nargs="+", metavar="TASK.KEY=VALUE",
+                       help="a field of a reasoning-gym task's config; tool-arithmetic: min_digits=N max_digits=N "
+                            "(default 4, 6)")
+    suite.add_argument("--size", type=int, default=2000, help="training rows (reasoning-gym: per task)")
+    suite.add_argument("--test-size", type=int, default=200, help="test rows, none also in train "
+                                                                  "(reasoning-gym: per task)")
     suite.add_argument("--seed", type=int, default=0, help="the generators' seed (test rows use another stream)")
     suite.add_argument("--max-constant-share", type=float, default=None, metavar="X",
                        help="refuse a task whose most common test answer is more than this share of its test rows "

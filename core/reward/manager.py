@@ -31,8 +31,9 @@ Scorer = Callable[[str, Any], "float | dict"]
 
 # "arithmetic" and "calculator" are the embedded synthetic tasks: their answers use `#### N`.
 GSM8K_SOURCES = ("gsm8k", "openai/gsm8k", "arithmetic", "calculator")
+# "tool_arithmetic" (core/data/tool_arithmetic.py) asks for its exact integer in \boxed{}, as MATH does.
 MATH_SOURCES = ("HuggingFaceH4/MATH-500", "math500", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
-                "aime24", "aime25", "amc23")
+                "aime24", "aime25", "amc23", "tool_arithmetic")
 # data_source -> scorer.
 DEFAULT_SCORERS: dict[str, Scorer] = {
     **{source: gsm8k.compute_score for source in GSM8K_SOURCES},

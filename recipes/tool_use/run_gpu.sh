@@ -13,6 +13,8 @@ DATA="${DATA:-$HOME/data/gsm8k}"
 case "$DATA" in /*) ;; *) DATA="$PWD/$DATA" ;; esac  # absolute before the cd below
 cd "$(dirname "$0")/../.."
 # Responses hold every turn and every tool reply: 1024 tokens for up to 4 turns; replies cut at 1000 characters.
+# The reward reads the model's own answer (math_verify: the last \boxed{}, else the final expression): Qwen2.5 answers
+# in \boxed{N}, which GSM8K's strict `#### N` scores 0 whatever the episode did with the tool.
 exec python -m core.cli train --recipe "$RECIPE" \
     model.path="$MODEL" \
     data.train_files="$DATA/train.parquet" \
@@ -28,6 +30,7 @@ exec python -m core.cli train --recipe "$RECIPE" \
     rollout.multi_turn.format=chat \
     rollout.multi_turn.max_turns=4 \
     rollout.multi_turn.max_tool_response_chars=1000 \
+    reward.gsm8k_method=math_verify \
     actor.lr=1e-6 \
     actor.ppo_mini_batch_size=16 \
     actor.micro_batch_size=16 \
