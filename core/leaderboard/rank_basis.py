@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.leaderboard.suite_rank import SUITE_CURVE_KEY, SUITE_MEAN, full_budget, run_suite_mean, suite_columns
-from core.reward.manager import GSM8K_SOURCES, MATH_SOURCES
+from core.reward.manager import GSM8K_SOURCES
+
+MATH_500_SOURCES = ("HuggingFaceH4/MATH-500", "math500")  # the MATH-500 column, under either name a file gives it
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ def section_bases(rows: list, columns: list) -> list[RankBasis]:
     bases = [_column_basis(column, f"validated {column.data_source} accuracy") for column in columns
              if column.data_source in GSM8K_SOURCES and column.metric == "mean@1" and column.grader == trained][:1]
     bases += [_column_basis(column, "") for column in columns
-              if column.data_source in MATH_SOURCES and column.metric == "mean@1"][:1] if bases else []
+              if column.data_source in MATH_500_SOURCES and column.metric == "mean@1"][:1] if bases else []
     return bases
 
 
