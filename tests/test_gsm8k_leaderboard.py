@@ -301,7 +301,7 @@ def test_readme_blocks_are_rewritten_between_their_markers(export, tmp_path):
     assert "the rows of `results/leaderboard/gsm8k_coder/leaderboard.md`" in text
     assert ("Rerun: `recipezoo leaderboard run --recipes grpo drgrpo --steps 25 --prompts 64 --n 8 "
             "--max-response 384 --lr 1e-05 --temperature 0.7 --train-reward strict --format-score 0.1 "
-            f"--model {MODEL} --eval-before`, then `recipezoo leaderboard merge outputs/gsm8k_leaderboard "
+            f"--model {MODEL} --eval-before`, then `recipezoo leaderboard merge outputs/leaderboard "
             "--table leaderboard/gsm8k_coder`.") in text
     assert update_gsm8k_readmes(section, tmp_path, source, table) == []  # unchanged
     assert render_block(None, ["ppo"], "x", table).startswith("No runs of `ppo` from a pretrained model on GSM8K")

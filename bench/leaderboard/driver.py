@@ -5,7 +5,7 @@ On one machine's GPUs, into one MLflow file store, a run export and a leaderboar
     recipezoo leaderboard run [--recipes grpo dapo ...] [--seeds 0 1 2] [--only grpo:0 ppo:2 ...]
         [--eval-before | --eval-before-only] [--gpus 0,1] [--runs-per-gpu 2] [--steps 25] [--time-limit-s 540]
         [--min-job-s 400]
-        [--out outputs/gsm8k_leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
+        [--out outputs/leaderboard] [--data-dir data] [--model pypi://SmolLM2-135M-Instruct]
         [--lora-rank 16] [-- <config overrides for every run>]
     recipezoo leaderboard merge DIR [DIR ...] [--timing-only DIR ...] [--before-from RUNS_JSON]
         # -> results/leaderboard/gsm8k_smollm2/ and results/leaderboard/gsm8k_smollm2/leaderboard.md
@@ -146,7 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(DIR/invocations/*.json, e.g. a merged results folder) whose job times judge --min-job-s too")
     parser.add_argument("--redo-stopped", action="store_true", help="also rerun the jobs whose run in --out its time "
                         "budget stopped before its last step (the merge keeps the run that trained more steps)")
-    parser.add_argument("--out", default=str(REPO / "outputs" / "gsm8k_leaderboard"))
+    parser.add_argument("--out", default=str(REPO / "outputs" / "leaderboard"))
     parser.add_argument("--data-dir", default=str(REPO / "data"), help="gsm8k/{train,test}.parquet, "
                         "math500/test.parquet, aime24/test.parquet; made with `recipezoo data` when missing")
     parser.add_argument("--local-data", metavar="DIR", help="offline: make missing parquets from DIR/<set>/<split>.jsonl "

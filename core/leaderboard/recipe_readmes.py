@@ -66,7 +66,7 @@ def render_block(section: BeforeAfter | None, recipes: list[str], source: str, t
     budget_rows = rows or (section.rows if section else [])
     rerun += f"{budget_flags(budget_rows)}{model_flags(budget_rows)}" if budget_rows else ""
     rerun += " --eval-before"
-    merge = f"recipezoo leaderboard merge outputs/gsm8k_leaderboard --table {table.removeprefix('results/')}"
+    merge = f"recipezoo leaderboard merge outputs/leaderboard --table {table.removeprefix('results/')}"
     if not rows:
         made = f"`{rerun}` makes them" + (f", then `{merge}`" if section else "")
         return f"No runs of {', '.join(f'`{r}`' for r in recipes)} from a pretrained model on GSM8K in the " \
