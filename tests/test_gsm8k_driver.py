@@ -229,7 +229,7 @@ def test_only_counted_runs_reach_the_table():
     invocations = [{"counted": True, "jobs": [{"status": "crashed", "run_id": "crash"},
                                               {"status": "done", "run_id": "full"}]},
                    {"counted": False, "jobs": [{"status": "stopped", "run_id": "timing"}]}]
-    kept = report.counted_runs(export, invocations)
+    kept = report.counted_runs(export, report.left_out_runs(export, invocations))
     # crashed: out; timing-only: out with its eval; stopped before half its steps: out, at half: kept; a stopped
     # run finished by a rerun: out; of two stopped runs of one seed, the one that trained more steps: kept; of two
     # finished runs, the later started (a run exported without a start time counts as the older).
@@ -243,7 +243,7 @@ def test_only_counted_runs_reach_the_table():
     assert reasons["early"] == "its time budget stopped it after 7 of 16 steps, under 50% (it measured another budget)"
     assert reasons["old"] == "replaced: run full of its recipe, seed and model counts instead"
     assert reasons["crash"] == "its job crashed (no exit status)"
-    lines = left_out_lines(export, invocations)
+    lines = left_out_lines(export, invocations, reasons)
     assert len(lines) == 8 and lines[-1] == ("- drgrpo-seed0 of the invocation started 2026-12-01 20:25:11: its job "
                                              "crashed (exit -15), no finished run")
 
@@ -339,7 +339,9 @@ def test_the_drivers_table_counts_one_run_of_a_seed_a_redo_stopped_rerun_stopped
         job = {"status": "stopped", "run_id": ids[steps]}
         (out / "invocations" / name).write_text(json.dumps({"counted": True, "jobs": [job]}))
     assert len(report.export_runs(uri, report.EXPERIMENT)["runs"]) == 2
-    assert [run["run_id"] for run in report.counted_export(out, uri, report.EXPERIMENT)["runs"]] == [ids[73]]
+    found = report.export_runs(uri, report.EXPERIMENT)
+    kept = report.counted_runs(found, report.left_out_runs(found, report.invocation_records(out)))
+    assert [run["run_id"] for run in kept["runs"]] == [ids[73]]
 
 
 # ---- the driver end to end -------------------------------------------------------------------------------------

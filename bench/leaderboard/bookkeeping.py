@@ -120,12 +120,6 @@ def invocation_records(out: Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted((out / "invocations").glob("*.json"))]
 
 
-def counted_export(out: Path, uri: str, experiment: str) -> dict:
-    """The store's runs that count, as the invocation records in `out` say (counted_runs): a --redo-stopped rerun
-    that its budget stopped again leaves two runs of one recipe and seed there, and the table takes one."""
-    return counted_runs(export_runs(uri, experiment), invocation_records(out))
-
-
 def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
     """DIR/runs.json and DIR/leaderboard.md (+ the curves under plots/) from the store as it is now."""
     try:
@@ -133,10 +127,11 @@ def write_outputs(out: Path, uri: str, experiment: str) -> dict | None:
     except LeaderboardError as error:
         print(f"no leaderboard yet: {error}", flush=True)
         return None
-    left_out = left_out_lines(found, records)
+    reasons = left_out_runs(found, records)
+    left_out = left_out_lines(found, records, reasons)
     if left_out:
         print("left out of the table:\n" + "\n".join(left_out), flush=True)
-    export = counted_runs(found, records)
+    export = counted_runs(found, reasons)
     if not export["runs"] and not export.get("evals"):
         print(f"no leaderboard yet: the store holds {len(found['runs'])} finished training run(s) and "
               f"{len(found.get('evals') or [])} evaluation(s) of experiment {experiment!r}, and none is left in "
@@ -305,7 +300,8 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     exports = [export_runs((folder / "mlruns").resolve().as_uri(), suite.experiment) if (folder / "mlruns").is_dir()
                else load_export(folder / "runs.json") for folder in folders]
     found = merge_exports(exports)
-    merged, left_out = counted_runs(found, records.values()), left_out_runs(found, records.values())
+    reasons = left_out_runs(found, records.values())
+    merged = counted_runs(found, reasons)
     before = pretrained_evaluations(before_from) if before_from else []
     merged = merge_exports([merged, {**merged, "runs": [], "evals": before}]) if before else merged
     board_dir = target = results / suite.results_dir
@@ -330,10 +326,11 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     shown = " ".join(_relative(path) for path in sources)
     regenerate = f"recipezoo leaderboard report --from-export {shown} --out {_relative(board_dir)}"
     before_note = f"`{_relative(before_from)}` (runs {', '.join(e['run_name'] for e in before)})" if before else None
+    left_out = left_out_lines(found, invocations, reasons)
     if left_out:
-        print("left out of the table:\n" + "\n".join(left_out_lines(found, invocations)), flush=True)
+        print("left out of the table:\n" + "\n".join(left_out), flush=True)
     (target / "README.md").write_text(render_readme(invocations, counted_ids, regenerate, suite, before_note,
-                                                    left_out_lines(found, invocations), left_out), encoding="utf-8")
+                                                    left_out, reasons), encoding="utf-8")
     written = write_leaderboard(merge_exports([load_export(path) for path in sources]), board_dir, export_path=shown)
     print("wrote " + ", ".join(str(path) for path in [target / "runs.json", target / "README.md", *written]), flush=True)
     return 0
@@ -348,9 +345,10 @@ def pretrained_evaluations(export_path: Path) -> list[dict]:
     return found
 
 
-def counted_runs(export: dict, invocations) -> dict:
-    """`export` without the runs that must not count (left_out_runs says which and why), and their evaluations."""
-    dropped = set(left_out_runs(export, invocations))
+def counted_runs(export: dict, reasons: dict[str, str]) -> dict:
+    """`export` without the runs that must not count (`reasons`: left_out_runs' run_id -> why), and their
+    evaluations."""
+    dropped = set(reasons)
     kept = dict(export, runs=[run for run in export["runs"] if run["run_id"] not in dropped])
     if "evals" in export:
         kept["evals"] = [entry for entry in export["evals"] if entry.get("train_run_id") not in dropped]

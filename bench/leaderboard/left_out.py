@@ -58,10 +58,9 @@ def crash_text(job: dict) -> str:
     return f"its job crashed ({cause})"
 
 
-def left_out_lines(export: dict, invocations) -> list[str]:
-    """One markdown bullet per run left out of the table (left_out_runs), and per crashed job that left no
-    finished run at all, each with its reason."""
-    reasons = left_out_runs(export, invocations)
+def left_out_lines(export: dict, invocations, reasons: dict[str, str]) -> list[str]:
+    """One markdown bullet per run left out of the table (`reasons`: left_out_runs'), and per crashed job of
+    `invocations` that left no finished run at all, each with its reason."""
     lines = [f"- {run['recipe']} seed {run['seed']}, run {run['run_id']}: {reasons[run['run_id']]}"
              for run in export["runs"] if run["run_id"] in reasons]
     exported = {run["run_id"] for run in export["runs"]}
