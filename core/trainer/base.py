@@ -182,7 +182,7 @@ class BaseTrainer:
                 batch = batch.union(self.actor_rollout.compute_ref_log_probs(batch), stage="old_log_prob")
             return batch
         rows = np.arange(len(batch))
-        later = batch.select(rows[from_update:])
+        later = batch.select(rows[from_update:]) if from_update else batch  # no copy when every row needs π_old
         computed = self.actor_rollout.compute_log_probs(later)
         if self.config.rollout.calculate_log_probs:
             self.step_metrics.update(logprob_diff_metrics(later.union(computed, stage="old_log_prob")))
