@@ -85,7 +85,9 @@ class RewardManager:
         token_level_scores = place_on_last_token(torch.tensor(scores, dtype=torch.float32), response_mask)
         info = {"score": scores, "acc": [r["acc"] for r in results], "error": [r["error"] for r in results]}
         self._warn_failures(data_sources, info["error"])
-        self._warn_if_first_batch_scores_zero(texts, data_sources, scores, info["error"])
+        # An environment's zeros are its own verdict, not a scorer that cannot read the answers: only scorer rows.
+        self._warn_if_first_batch_scores_zero([texts[i] for i in rows], [data_sources[i] for i in rows],
+                                              [scores[i] for i in rows], [info["error"][i] for i in rows])
         return token_level_scores, info
 
     # ---- steps --------------------------------------------------------------------------------
@@ -224,7 +226,12 @@ def too_many_errors(manager, data_sources: list[str], info: dict, max_error_frac
     if len(failed) <= max_error_frac * len(errors):
         return None
     first, (frac_key, timeout_key) = failed[0], settings
-    name = manager.scorer_name(data_sources[first]) if isinstance(manager, RewardManager) else type(manager).__name__
+    if str(errors[first]).startswith("environment"):  # a multi-turn environment scored the row (loop.env_reward)
+        name = "of rollout.multi_turn.env"
+    elif isinstance(manager, RewardManager):
+        name = manager.scorer_name(data_sources[first])
+    else:
+        name = type(manager).__name__
     return (f"the reward function {name} failed on {len(failed)} of {len(errors)} rows of a batch, more than "
             f"{frac_key}={max_error_frac:g}; first error: {errors[first]} — fix the function (timeouts: "
             f"raise {timeout_key}), or raise {frac_key}")
