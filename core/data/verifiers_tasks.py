@@ -31,17 +31,19 @@ def import_verifiers():
     return vf
 
 
-def load_taskset_class(spec: str, key: str):
-    """`package.module:Class` or `path/to/file.py:Class`, a subclass of verifiers' `Taskset`."""
+def load_taskset_class(spec: str, key: str, prefix: str = VERIFIERS_DATA_PREFIX):
+    """`package.module:Class` or `path/to/file.py:Class`, a subclass of verifiers' `Taskset`; errors name
+    `key=<prefix><spec>`, the setting as the user wrote it."""
     vf = import_verifiers()
+    key = f"{key}={prefix + spec!r}"
     module_name, _, name = spec.rpartition(":")
     if not module_name or not name:
-        raise DataError(f"{key}={spec!r}: expected package.module:TasksetClass or path/to/file.py:TasksetClass")
+        raise DataError(f"{key}: expected package.module:TasksetClass or path/to/file.py:TasksetClass")
     try:
         if module_name.endswith(".py"):
             path = Path(module_name)
             if not path.is_file():
-                raise DataError(f"{key}={spec!r}: no file {path.resolve()}")
+                raise DataError(f"{key}: no file {path.resolve()}")
             module_spec = importlib.util.spec_from_file_location(f"recipezoo_verifiers_{path.stem}", path)
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[module_spec.name] = module
@@ -49,10 +51,10 @@ def load_taskset_class(spec: str, key: str):
         else:
             module = importlib.import_module(module_name)
     except ImportError as error:
-        raise DataError(f"{key}={spec!r}: cannot import {module_name} ({error})") from None
+        raise DataError(f"{key}: cannot import {module_name} ({error})") from None
     taskset_class = getattr(module, name, None)
     if not (isinstance(taskset_class, type) and issubclass(taskset_class, vf.Taskset)):
-        raise DataError(f"{key}={spec!r}: {module_name}.{name} is not a verifiers Taskset subclass")
+        raise DataError(f"{key}: {module_name}.{name} is not a verifiers Taskset subclass")
     return taskset_class
 
 
@@ -75,14 +77,14 @@ def prompt_messages(data) -> list[dict]:
 
 def taskset_rows(spec: str, key: str = "data.train_files") -> list[dict]:
     taskset_class = load_taskset_class(spec, key)
-    taskset = new_taskset(taskset_class)
+    taskset, shown = new_taskset(taskset_class), f"{key}={VERIFIERS_DATA_PREFIX}{spec}"
     if not taskset.bounded:
-        raise DataError(f"{key}=verifiers://{spec}: the taskset is infinite; bound it (a class whose load() ends)")
+        raise DataError(f"{shown}: the taskset is infinite; bound it (a class whose load() ends)")
     rows = []
     for task in taskset:
         if not task.data.prompt:
-            raise DataError(f"{key}=verifiers://{spec}: task {task.data.idx} has no prompt; a multi-turn episode "
-                            f"starts from its prompt")
+            raise DataError(f"{shown}: task {task.data.idx} has no prompt; a multi-turn episode starts from "
+                            f"its prompt")
         rows.append({
             "data_source": f"verifiers/{taskset_class.__name__}",
             "prompt": prompt_messages(task.data),
@@ -91,5 +93,5 @@ def taskset_rows(spec: str, key: str = "data.train_files") -> list[dict]:
             "extra_info": {"index": task.data.idx, TASK_KEY: json.dumps(task.data.model_dump(mode="json"))},
         })
     if not rows:
-        raise DataError(f"{key}=verifiers://{spec}: the taskset yields no task")
+        raise DataError(f"{shown}: the taskset yields no task")
     return rows

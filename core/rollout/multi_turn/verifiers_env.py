@@ -38,7 +38,7 @@ class VerifiersTaskset:
     def __init__(self, spec: str):
         self.spec = spec
         try:
-            self.taskset = new_taskset(load_taskset_class(spec, ENV_KEY))
+            self.taskset = new_taskset(load_taskset_class(spec, ENV_KEY, VERIFIERS_ENV_PREFIX))
         except DataError as error:
             raise ConfigError(str(error)) from None
         self.task_class = type(self.taskset).task_type()
