@@ -4,7 +4,8 @@ The same problems as `embedded://calculator` ("What is 4821*37?"), the same `cal
 `Taskset` yielding `Task`s, a `Toolset` whose `@vf.tool` is the calculator, an async `@vf.reward` reading the last
 reply, and a `@vf.stop` that ends the episode once the model has written its answer. Trained through
 `rollout.multi_turn.env=verifiers:recipes.tool_use.verifiers_calculator:CalculatorTaskset` with
-`data.train_files=verifiers://recipes.tool_use.verifiers_calculator:CalculatorTaskset` (run_verifiers.sh).
+`data.train_files=verifiers://recipes.tool_use.verifiers_calculator:CalculatorTaskset` (docs/tool-use.md,
+"Environments from verifiers", has the command).
 """
 
 from __future__ import annotations
