@@ -6,12 +6,14 @@ dataset code that reads GSM8K.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from pathlib import Path
 
 from core.data import arithmetic, calculator
 from core.data.dataset import DataError, write_rows
+from core.data.verifiers_tasks import VERIFIERS_DATA_PREFIX, taskset_rows
 
 EMBEDDED_PREFIX = "embedded://"
 EMBEDDED_SIZES = {"train": 3000, "val": 512}
@@ -20,7 +22,27 @@ EMBEDDED_SIZES = {"train": 3000, "val": 512}
 def resolve_data_files(spec, split: str, cache_dir: Path) -> list[str]:
     """Paths for `split` ('train' or 'val'); materialises embedded datasets on first use."""
     specs = [spec] if isinstance(spec, str) else list(spec)
-    return [_materialise(s, split, cache_dir) if s.startswith(EMBEDDED_PREFIX) else s for s in specs]
+    return [_materialise(s, split, cache_dir) if s.startswith(EMBEDDED_PREFIX)
+            else _verifiers_rows(s, split, cache_dir) if s.startswith(VERIFIERS_DATA_PREFIX) else s for s in specs]
+
+
+def _verifiers_rows(spec: str, split: str, cache_dir: Path) -> str:
+    """A verifiers taskset's rows, written anew each run (the taskset's code may have changed since)."""
+    name = spec[len(VERIFIERS_DATA_PREFIX):]
+    rows = taskset_rows(name, "data.train_files" if split == "train" else "data.val_files")
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    path = Path(cache_dir) / f"verifiers-{digest}-{split}.parquet"
+    _write_atomically(rows, path)
+    return str(path)
+
+
+def _write_atomically(rows: list[dict], path: Path) -> None:
+    # A temporary file of its own: processes that start together on an empty cache (test workers, Ray
+    # workers, leaderboard jobs) each write the same rows; with one shared name, one's rename took the
+    # file from under the other's.
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.parquet")
+    write_rows(rows, tmp)
+    tmp.replace(path)
 
 
 def _materialise(spec: str, split: str, cache_dir: Path) -> str:
@@ -35,11 +57,5 @@ def _materialise(spec: str, split: str, cache_dir: Path) -> str:
     size = EMBEDDED_SIZES[split]
     path = Path(cache_dir) / f"{name}-{task_split}-{shape}-n{size}.parquet"
     if not path.exists():
-        rows = make_rows(task_split, size, seed=1 if split == "train" else 2)
-        # A temporary file of its own: processes that start together on an empty cache (test workers, Ray
-        # workers, leaderboard jobs) each write the same rows; with one shared name, one's rename took the
-        # file from under the other's.
-        tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.parquet")
-        write_rows(rows, tmp)
-        tmp.replace(path)
+        _write_atomically(make_rows(task_split, size, seed=1 if split == "train" else 2), path)
     return str(path)

@@ -72,17 +72,22 @@ class RewardManager:
         # A multi-turn environment's own reward(), where it has one, scores its episode; the scorer the rest.
         env_rewards = batch.non_tensors.get("env_reward")
         env_rewards = [None] * len(texts) if env_rewards is None else list(env_rewards)
+        env_errors = batch.non_tensors.get("env_reward_error")
+        env_errors = [None] * len(texts) if env_errors is None else list(env_errors)
         rows = [i for i, env in enumerate(env_rewards) if env is None]
         scored = iter(self.score_texts([texts[i] for i in rows], [data_sources[i] for i in rows],
                                        [ground_truths[i] for i in rows],
                                        [extra_infos[i] for i in rows] if extra_infos is not None else None)
                       if rows else [])
-        results = [next(scored) if env is None else env_result(env) for env in env_rewards]
+        results = [next(scored) if env is None else env_result(env, error)
+                   for env, error in zip(env_rewards, env_errors)]
         scores = [r["score"] for r in results]
         token_level_scores = place_on_last_token(torch.tensor(scores, dtype=torch.float32), response_mask)
         info = {"score": scores, "acc": [r["acc"] for r in results], "error": [r["error"] for r in results]}
         self._warn_failures(data_sources, info["error"])
-        self._warn_if_first_batch_scores_zero(texts, data_sources, scores, info["error"])
+        # An environment's zeros are its own verdict, not a scorer that cannot read the answers: only scorer rows.
+        self._warn_if_first_batch_scores_zero([texts[i] for i in rows], [data_sources[i] for i in rows],
+                                              [scores[i] for i in rows], [info["error"][i] for i in rows])
         return token_level_scores, info
 
     # ---- steps --------------------------------------------------------------------------------
@@ -172,9 +177,10 @@ class RewardManager:
         return responses, response_mask
 
 
-def env_result(env_reward: float) -> dict:
-    """An environment's score as a scorer's result: acc is whether it is the full score."""
-    return {"score": float(env_reward), "acc": float(env_reward >= FULL_SCORE), "error": None}
+def env_result(env_reward: float, error: str | None = None) -> dict:
+    """An environment's score as a scorer's result: acc is whether it is the full score; `error`, why the
+    environment could not score the episode (its score is then 0, counted in reward/error_count)."""
+    return {"score": float(env_reward), "acc": float(error is None and env_reward >= FULL_SCORE), "error": error}
 
 
 def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -220,7 +226,12 @@ def too_many_errors(manager, data_sources: list[str], info: dict, max_error_frac
     if len(failed) <= max_error_frac * len(errors):
         return None
     first, (frac_key, timeout_key) = failed[0], settings
-    name = manager.scorer_name(data_sources[first]) if isinstance(manager, RewardManager) else type(manager).__name__
+    if str(errors[first]).startswith("environment"):  # a multi-turn environment scored the row (loop.env_reward)
+        name = "of rollout.multi_turn.env"
+    elif isinstance(manager, RewardManager):
+        name = manager.scorer_name(data_sources[first])
+    else:
+        name = type(manager).__name__
     return (f"the reward function {name} failed on {len(failed)} of {len(errors)} rows of a batch, more than "
             f"{frac_key}={max_error_frac:g}; first error: {errors[first]} — fix the function (timeouts: "
             f"raise {timeout_key}), or raise {frac_key}")

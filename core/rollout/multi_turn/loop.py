@@ -9,14 +9,19 @@ for GRPO-style advantages are the n episodes of one prompt, as in a single-turn 
 
 An episode ends (`multi_turn/stop_reason/<reason>`) when its turn has no tool call (`stop` after calling tools,
 `no_tool_call` if it never did), its response budget `data.max_response_length` runs out (`length`; a call cut by
-the budget is never run), its last allowed turn still calls a tool (`max_turns`), or its environment is done
-(`env_done`).
+the budget is never run), its last allowed turn still calls a tool (`max_turns`), its environment is done
+(`env_done`), or its environment failed (`env_error`: `reset` or `done` raised; the episode scores 0 and its error
+is counted in `reward/error_count`). An environment's `reward` that raises, or returns anything but a finite number
+(NaN, a string), scores 0 with the reason as the row's reward error (`reward/error_count`), never the step's end.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+import math
+import numbers
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -26,9 +31,10 @@ from core.data.dataset import left_padded
 from core.data.turn_template import TurnTemplate, matches_full_render
 from core.rollout.base import Completion, RolloutBackend, SamplingParams, rollout_from_token_lists, unpadded_prompt_ids
 from core.rollout.multi_turn.actions import ToolCall, parse_calls
-from core.rollout.multi_turn.tools import ToolSpec, call_tool
+from core.rollout.multi_turn.tools import ToolRunner, ToolSpec, call_tool
 
-STOP_REASONS = ("stop", "no_tool_call", "length", "max_turns", "env_done")
+logger = logging.getLogger(__name__)
+STOP_REASONS = ("stop", "no_tool_call", "length", "max_turns", "env_done", "env_error")
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class MultiTurnSettings:
     max_response_length: int = 256
     max_tool_response_chars: int = 2000
     max_concurrent_tools: int = 8
+    tool_timeout_s: float = 60.0
     check_template: bool = False
     tool_role: str = "tool"
 
@@ -58,6 +65,7 @@ class Episode:
     timeouts: int = 0
     tool_wall_s: float = 0.0  # its share of the wall time the batch's tool phases took (split evenly)
     stop_reason: str | None = None
+    env_error: str | None = None  # why the environment failed: the row's reward error
 
 
 class MultiTurnRollout(RolloutBackend):
@@ -66,7 +74,7 @@ class MultiTurnRollout(RolloutBackend):
         self.engine, self.tokenizer, self.spec, self.settings = engine, tokenizer, spec, settings
         self.template = template
         self.stop = tuple(f"</{name}>" for name in spec.names) if settings.action_format == "tags" else ()
-        self._pool = ThreadPoolExecutor(max_workers=settings.max_concurrent_tools, thread_name_prefix="tool")
+        self._tools = ToolRunner(settings.max_concurrent_tools, settings.tool_timeout_s)
 
     # ---- the rollout contract: weights and memory are the engine's --------------------------------
     def load_weights(self, weights) -> None:
@@ -107,8 +115,13 @@ class MultiTurnRollout(RolloutBackend):
 
     def _start(self, repeated: Batch, row: int, prompt_ids: list[int]) -> Episode:
         values = {key: repeated.non_tensors[key][row] for key in repeated.non_tensors}
-        tools, env, first_observation = self.spec.new_episode(values)
         messages = [dict(message) for message in values.get("raw_prompt", [])]
+        try:
+            tools, env, first_observation = self.spec.new_episode(values)
+        except Exception as error:  # the environment's bug or a row it cannot read: this episode ends unstarted
+            episode = Episode(values, {}, None, prompt_ids, messages, stop_reason="env_error")
+            episode.env_error = f"environment reset failed: {type(error).__name__}: {error}"
+            return episode
         if first_observation is not None:  # the environment's opening words: a user message after the prompt
             messages.append({"role": "user", "content": first_observation})
             prompt_ids = self.template.prompt_ids(messages)
@@ -138,18 +151,17 @@ class MultiTurnRollout(RolloutBackend):
 
     def _run_calls(self, pending: list[tuple[Episode, list[ToolCall]]]) -> list[list[tuple[str, str | None]]]:
         """Every call of the turn at once (at most `max_concurrent_tools` running), grouped back by episode."""
-        futures = [[self._pool.submit(_run_one, episode.tools, call) for call in calls] for episode, calls in pending]
+        futures = [[self._tools.submit(_run_one, episode.tools, call) for call in calls] for episode, calls in pending]
         return [[future.result() for future in episode_futures] for episode_futures in futures]
 
     def _observe(self, episode: Episode, calls: list[ToolCall], outcomes: list[tuple[str, str | None]]) -> None:
         episode.calls += len(calls)
         episode.errors += sum(status == "error" for _, status in outcomes)
         episode.timeouts += sum(status == "timeout" for _, status in outcomes)
-        if episode.env is not None and getattr(episode.env, "done", False):
-            episode.stop_reason = "env_done"
-            return
         limit = self.settings.max_tool_response_chars
         tool_messages = [{"role": self.settings.tool_role, "content": cut_middle(text, limit)} for text, _ in outcomes]
+        if episode.env is not None and self._env_done(episode, episode.messages + tool_messages):
+            return
         after = self.template.after_turn_ids(episode.response_ids, tool_messages)
         room = self.settings.max_response_length - len(episode.response_ids)
         if len(after) >= room:  # no token left for another turn: what fits, and the episode ends
@@ -158,6 +170,20 @@ class MultiTurnRollout(RolloutBackend):
         episode.sampled += [0] * len(after)
         episode.log_probs += [0.0] * len(after)
         episode.messages += tool_messages
+
+    @staticmethod
+    def _env_done(episode: Episode, messages: list[dict]) -> bool:
+        """Whether the environment ends the episode here (`env_done`, or `env_error` when asking it raised)."""
+        try:
+            done = episode.env.is_done(messages) if callable(getattr(episode.env, "is_done", None)) else \
+                getattr(episode.env, "done", False)
+        except Exception as error:
+            episode.stop_reason, episode.env_error = "env_error", f"environment done failed: {type(error).__name__}: " \
+                                                                  f"{error}"
+            return True
+        if done:
+            episode.stop_reason = "env_done"
+        return bool(done)
 
     # ---- the batch --------------------------------------------------------------------------------
     def _to_batch(self, repeated: Batch, episodes: list[Episode]) -> Batch:
@@ -178,8 +204,10 @@ class MultiTurnRollout(RolloutBackend):
             "tool_errors": [episode.errors for episode in episodes],
             "tool_timeouts": [episode.timeouts for episode in episodes],
             "tool_wall_s": [episode.tool_wall_s for episode in episodes],
-            "env_reward": [env_reward(episode.env) for episode in episodes],
         }
+        scores = [env_reward(episode) for episode in episodes]
+        values["env_reward"] = [score for score, _ in scores]
+        values["env_reward_error"] = [error for _, error in scores]
         if self.settings.check_template:
             values["template_mismatch"] = [
                 int(not matches_full_render(self.template, e.messages, e.prompt_ids + e.response_ids,
@@ -194,14 +222,39 @@ def _run_one(tools: dict, call: ToolCall) -> tuple[str, str | None]:
     return call_tool(tools, call.name, call.arguments)
 
 
-def env_reward(env) -> float | None:
-    """The environment's score for its episode (None without one, or without `reward()`), then its `close()`."""
+def env_reward(episode: Episode) -> tuple[float | None, str | None]:
+    """(the environment's score for its episode, why it has none), then its `close()`.
+
+    (None, None) without an environment or without `reward()`: the data source's scorer scores the episode. A failed
+    environment, or a reward that raises or is not a finite number, scores (0.0, the reason)."""
+    env = episode.env
+    if episode.env_error is not None:
+        return 0.0, episode.env_error
     if env is None:
-        return None
-    score = float(env.reward()) if callable(getattr(env, "reward", None)) else None
+        return None, None
+    score, error = None, None
+    if callable(getattr(env, "reward", None)):
+        try:
+            value = env.reward(episode.messages) if _takes_an_argument(env.reward) else env.reward()
+            score, error = _finite(value)
+        except Exception as exception:
+            score, error = 0.0, f"environment reward() raised {type(exception).__name__}: {exception}"
     if callable(getattr(env, "close", None)):
-        env.close()
-    return score
+        try:
+            env.close()
+        except Exception as exception:  # the episode is scored already: a failing close is only logged
+            logger.warning("environment close() raised %s: %s", type(exception).__name__, exception)
+    return score, error
+
+
+def _finite(value) -> tuple[float, str | None]:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value), None
+    return 0.0, f"environment reward() returned {value!r} ({type(value).__name__}); expected a finite number"
+
+
+def _takes_an_argument(method) -> bool:
+    return len(inspect.signature(method).parameters) >= 1
 
 
 def cut_middle(text: str, limit: int) -> str:

@@ -3,27 +3,32 @@
 Each `PythonRunner.run(code)` writes `code` to a fresh temp dir and starts a new interpreter on it with
 `subprocess.Popen` (vfork + exec: no `preexec_fn`, so no Python runs in a fork of the CUDA process). It is
 the trainer's interpreter in isolated mode (`-I`), so installed packages such as numpy import.
-What is limited:
+What is limited (docs/tool-use.md has the table; `PythonRunner.sandbox` says which mechanism holds each here):
 - CPU seconds (`RLIMIT_CPU`, the child gets SIGXCPU), address space (`RLIMIT_AS`, a big allocation raises
-  MemoryError), file size (`RLIMIT_FSIZE`, a big write raises `OSError: File too large`) and processes
-  (`RLIMIT_NPROC`). The process limit is set only in a user namespace of its own (the second `unshare`
-  below, a non-root trainer): the kernel exempts root from it, and elsewhere it would count all of the
-  user's processes and threads, the trainer's included, so the code could not start even one.
+  MemoryError) and file size (`RLIMIT_FSIZE`, a big write raises `OSError: File too large`).
+- Processes: a pids cgroup of its own with `pids.max = max_processes` where this process may make one (root, with
+  cgroup v1's `pids` hierarchy or v2 delegating `pids` at the root): a fork bomb's forks fail with EAGAIN, and
+  every process in the cgroup is killed when the call ends, one that left the process group included. Else
+  `RLIMIT_NPROC` in a user namespace of its own (the second `unshare` below, a non-root trainer): the kernel
+  exempts root from it, and elsewhere it would count all of the user's processes and threads, the trainer's
+  included, so the code could not start even one. Else no process limit (only the wall clock).
 - Wall clock: at `timeout_s` the whole process group is SIGKILLed, grandchildren included; the group is
   also killed when the code exits, so nothing it started in the background outlives the call.
+- File writes (Landlock, Linux >= 5.13, unprivileged): creating, writing, truncating, renaming or removing files
+  only beneath the call's temp dir (and writing /dev/null); anything else is `PermissionError`, through `..`, an
+  absolute path or a symlink alike. Reads are not limited (installed packages must import).
+- Network: the child runs under `unshare --net --pid` (as root or with CAP_SYS_ADMIN) or `unshare
+  --map-root-user --net --pid` (unprivileged user namespaces), where it has no network but a down loopback, and
+  when the runner kills it, every process in its PID namespace dies. Landlock (Linux >= 6.7) also refuses every
+  TCP connect and bind, so without a namespace TCP is still closed, but UDP is not.
 - Environment: only PATH, locale, HOME/TMPDIR (the temp dir) and single-threaded BLAS; no tokens, keys or
   CUDA_VISIBLE_DEVICES of the trainer. The temp dir is removed afterwards.
-- Network and PIDs, where the machine allows: the child runs under `unshare --net --pid` (as root or with
-  CAP_SYS_ADMIN) or `unshare --map-root-user --net --pid` (unprivileged user namespaces). It then has no
-  network but a down loopback, and when the runner kills it, every process in its PID namespace dies,
-  even one that left the process group with setsid. `PythonRunner.network_isolated` says which held;
-  otherwise the code runs with the trainer's network.
 - Output: stdout and stderr go to files (bounded by `RLIMIT_FSIZE`), of which the runner reads at most
-  `max_output_chars`, cut in the middle. At most `max_concurrent` executions run at once per runner.
-What is not: the filesystem (the code reads and writes whatever the trainer's user may), and the code
-runs as that user. This is resource-limit sandboxing against runaway or careless code, not a security
-boundary against a determined attacker; run untrusted models' code in a container or VM. If the trainer
-itself is killed mid-call, a child that sleeps (uses no CPU) is not cleaned up.
+  `max_output_chars`, cut in the middle with `[... N characters cut ...]`. At most `max_concurrent` executions
+  run at once per runner.
+What is not: the code runs as the trainer's user and reads what it may. This is sandboxing against runaway or
+careless code, not a security boundary against a determined attacker; run untrusted models' code in a container
+or VM. If the trainer itself is killed mid-call, a child that sleeps (uses no CPU) is not cleaned up.
 """
 
 import os
@@ -46,8 +51,9 @@ _MB = 1024 * 1024
 # process because under `unshare --pid` the first one is PID 1, which the kernel shields from signals it
 # has no handler for (SIGXCPU would be ignored); it also turns a killing signal into a line the model sees.
 _LAUNCHER = r"""
-import os, resource, signal, sys
+import ctypes, os, resource, signal, struct, sys
 cpu, memory, processes, file_size = (int(a) for a in sys.argv[1:5])
+cgroup, writable, script = sys.argv[5:8]
 for kind, soft, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
                          (resource.RLIMIT_NPROC, processes, processes), (resource.RLIMIT_FSIZE, file_size, file_size)):
     if hard < 0:
@@ -55,7 +61,29 @@ for kind, soft, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_A
     old_hard = resource.getrlimit(kind)[1]
     hard = hard if old_hard == resource.RLIM_INFINITY else min(hard, old_hard)
     resource.setrlimit(kind, (min(soft, hard), hard))
-pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "-u", sys.argv[5]], os.environ)
+if cgroup != "-":  # the pids cgroup the runner made: this process and all it starts count against pids.max
+    with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
+        procs.write("0")
+libc = ctypes.CDLL(None, use_errno=True)
+abi = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+if abi >= 1:  # Landlock: creating, changing or removing files only beneath `writable`; TCP connect and bind never
+    fs_writes = (1 << 1) | (1 << 4) | (1 << 5) | sum(1 << bit for bit in range(6, 13))
+    fs_writes |= (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0)
+    net = 0b11 if abi >= 4 else 0  # LANDLOCK_ACCESS_NET_BIND_TCP | CONNECT_TCP, with no port allowed
+    attr = struct.pack("QQ", fs_writes, net) if abi >= 4 else struct.pack("Q", fs_writes)
+    ruleset = libc.syscall(444, attr, len(attr), 0)
+    if ruleset < 0:
+        sys.exit(f"[sandbox: landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}]")
+    rules = [(writable, fs_writes), ("/dev/null", (1 << 1) | (1 << 14 if abi >= 3 else 0))]
+    for path, access in rules:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        rule = struct.pack("=Qi", access, fd)
+        if libc.syscall(445, ruleset, 1, rule, 0) != 0:  # LANDLOCK_RULE_PATH_BENEATH
+            sys.exit(f"[sandbox: landlock_add_rule failed: {os.strerror(ctypes.get_errno())}]")
+        os.close(fd)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(446, ruleset, 0) != 0:  # NO_NEW_PRIVS
+        sys.exit(f"[sandbox: landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}]")
+pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "-u", script], os.environ)
 status = os.waitpid(pid, 0)[1]
 if os.WIFSIGNALED(status):
     sig = os.WTERMSIG(status)
@@ -114,6 +142,61 @@ def _isolation_prefix() -> tuple[str, ...]:
     return ()
 
 
+@cache
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 without Landlock (before Linux 5.13, or not enabled)."""
+    import ctypes
+
+    return max(0, ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1))
+
+
+@cache
+def _pids_cgroup_parent() -> str | None:
+    """A cgroup dir where this process may make a child cgroup with `pids.max` (the v1 pids hierarchy, or a v2
+    root that delegates pids), or None."""
+    candidates = ["/sys/fs/cgroup/pids"]
+    v2_controls = Path("/sys/fs/cgroup/cgroup.subtree_control")
+    if v2_controls.exists() and "pids" in v2_controls.read_text().split():
+        candidates.append("/sys/fs/cgroup")
+    for parent in candidates:
+        probe = os.path.join(parent, f"recipezoo-probe-{os.getpid()}")
+        try:
+            os.mkdir(probe)
+            os.rmdir(probe)
+        except OSError:
+            continue
+        return parent
+    return None
+
+
+def _new_pids_cgroup(max_processes: int) -> str | None:
+    parent = _pids_cgroup_parent()
+    if parent is None:
+        return None
+    path = tempfile.mkdtemp(prefix="recipezoo-python-", dir=parent)
+    Path(path, "pids.max").write_text(str(max_processes))
+    return path
+
+
+def _kill_and_remove_cgroup(path: str) -> None:
+    """SIGKILL every process left in the cgroup (one that left the process group, too), then remove it."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        pids = [int(pid) for pid in Path(path, "cgroup.procs").read_text().split()]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.rmdir(path)
+            return
+        except OSError:  # busy while the killed processes exit
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+
+
 def _wait_unreaped(pid: int, deadline: float) -> bool:
     """Wait until `pid` exits or the deadline passes, leaving it a zombie: while it is unreaped its pid,
     which is also its process group's id, cannot be reused, so killing the group cannot hit a stranger."""
@@ -161,6 +244,15 @@ class PythonRunner:
         """Whether the code runs without network (and in its own PID namespace) on this machine."""
         return bool(_isolation_prefix())
 
+    @property
+    def sandbox(self) -> dict[str, str]:
+        """Which mechanism holds each limit on this machine ("none" where none can): the module docstring's list."""
+        isolation, abi = _isolation_prefix(), _landlock_abi()
+        processes = ("pids cgroup" if _pids_cgroup_parent() else
+                     "RLIMIT_NPROC in a user namespace" if "--map-root-user" in isolation else "none")
+        network = ("network namespace" if isolation else "Landlock (TCP only)" if abi >= 4 else "none")
+        return {"network": network, "processes": processes, "file_writes": "Landlock" if abi else "none"}
+
     def run(self, code: str) -> PythonResult:
         with self._slots:
             root = tempfile.mkdtemp(prefix="recipezoo-python-")
@@ -179,19 +271,25 @@ class PythonRunner:
         lim, isolation = self.limits, _isolation_prefix()
         processes = lim.max_processes if "--map-root-user" in isolation else -1  # -1: unset, see the docstring
         limit_args = [str(lim.cpu_s), str(lim.memory_mb * _MB), str(processes), str(lim.max_file_mb * _MB)]
-        command = [*isolation, sys.executable, "-I", "-c", _LAUNCHER, *limit_args, script]
-        with open(out_paths[0], "wb") as stdout, open(out_paths[1], "wb") as stderr:
-            proc = subprocess.Popen(command, cwd=work, env=_scrubbed_env(work), stdin=subprocess.DEVNULL,
-                                    stdout=stdout, stderr=stderr, start_new_session=True)
+        cgroup = _new_pids_cgroup(lim.max_processes)
+        command = [*isolation, sys.executable, "-I", "-c", _LAUNCHER, *limit_args, cgroup or "-", root, script]
         try:
-            finished = _wait_unreaped(proc.pid, time.monotonic() + lim.timeout_s)
-        finally:
-            # On time-out, on exit (background children) and on an exception here alike: nothing outlives the call.
+            with open(out_paths[0], "wb") as stdout, open(out_paths[1], "wb") as stderr:
+                proc = subprocess.Popen(command, cwd=work, env=_scrubbed_env(work), stdin=subprocess.DEVNULL,
+                                        stdout=stdout, stderr=stderr, start_new_session=True)
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+                finished = _wait_unreaped(proc.pid, time.monotonic() + lim.timeout_s)
+            finally:
+                # On time-out, on exit (background children) and on an exception here alike: nothing outlives
+                # the call.
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        finally:
+            if cgroup:
+                _kill_and_remove_cgroup(cgroup)
         output, truncated = _read_capped(out_paths, lim.max_output_chars)
         if not finished:
             output += f"\n[timed out after {lim.timeout_s:g} s (the process was killed)]"

@@ -14,6 +14,7 @@ from core.data.turn_template import TemplateError, TurnTemplate, check_template_
 from core.rollout.base import RolloutBackend
 from core.rollout.multi_turn.loop import MultiTurnRollout, MultiTurnSettings
 from core.rollout.multi_turn.tools import ToolSpec
+from core.rollout.multi_turn.verifiers_env import VERIFIERS_ENV_PREFIX
 
 
 def enabled(rollout_cfg) -> bool:
@@ -49,7 +50,9 @@ def pin_tool_paths(multi_turn) -> None:
         return f"{Path(path).resolve()}:{name}" if path.endswith(".py") else spec
 
     multi_turn.tools = [absolute(spec) for spec in multi_turn.tools]
-    if multi_turn.env:
+    if multi_turn.env and multi_turn.env.startswith(VERIFIERS_ENV_PREFIX):
+        multi_turn.env = VERIFIERS_ENV_PREFIX + absolute(multi_turn.env[len(VERIFIERS_ENV_PREFIX):])
+    elif multi_turn.env:
         multi_turn.env = absolute(multi_turn.env)
 
 
@@ -78,7 +81,8 @@ def build_multi_turn(config, engine: RolloutBackend, tokenizer, stop_ids) -> Mul
         action_format=multi_turn.format, max_turns=multi_turn.max_turns,
         max_response_length=config.data.max_response_length,
         max_tool_response_chars=multi_turn.max_tool_response_chars,
-        max_concurrent_tools=multi_turn.max_concurrent_tools, check_template=multi_turn.check_template,
+        max_concurrent_tools=multi_turn.max_concurrent_tools, tool_timeout_s=multi_turn.tool_timeout_s,
+        check_template=multi_turn.check_template,
         tool_role=multi_turn.tool_role)
     return MultiTurnRollout(engine, tokenizer, tool_spec(config.rollout), settings,
                             checked_template(config.rollout, tokenizer, stop_ids))

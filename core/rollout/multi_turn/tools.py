@@ -3,11 +3,15 @@
 A function tool is `path/to/file.py:name` or `package.module:name`, with type hints and a docstring: its JSON schema
 (what a chat template shows the model) comes from them through `transformers.utils.get_json_schema`. An environment
 is a class `path.py:Name` with `reset(row) -> str | None`, its tools as public methods, and optionally `reward()`
-(the episode's score, used in place of the data source's scorer) and a `done` attribute (the episode ends once it is
-true). Each episode gets its own instance.
+(the episode's score, used in place of the data source's scorer; a `reward(messages)` gets the conversation) and a
+`done` attribute or an `is_done(messages)` method (the episode ends once it is true). Each episode gets its own
+instance. `env=verifiers:module:TasksetClass` is a `verifiers` taskset instead (verifiers_env.py).
 
-Function tools run in threads, so a tool that hangs cannot be stopped: code the model wrote belongs in the Python
-tool (`core.rollout.multi_turn.python_tool:python`), a subprocess killed at its deadline.
+What a tool or an environment does wrong is the episode's, never the step's: a tool that raises gives the model its
+error (`tool/errors`); one not back within `tool_timeout_s` gives a timeout note (`tool/timeouts`) and the episode
+goes on. Function tools run in daemon threads, and a thread cannot be stopped: a hung one is left running (it does
+not hold up the next calls, nor the trainer's exit). Code the model wrote belongs in the Python tool
+(`core.rollout.multi_turn.python_tool:python`), a subprocess killed at its deadline.
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 from transformers.utils import get_json_schema
 
 from core.config import ConfigError
+from core.rollout.multi_turn.verifiers_env import VERIFIERS_ENV_PREFIX, VerifiersEpisode, VerifiersTaskset
 
-ENV_HOOKS = ("reset", "reward", "close")  # methods of an environment that are not tools
+ENV_HOOKS = ("reset", "reward", "close", "is_done")  # methods of an environment that are not tools
 
 
 class ToolTimeout(Exception):
@@ -78,7 +85,10 @@ class ToolSpec:
             raise ConfigError("rollout.multi_turn.enable=true needs tools=[file.py:function, ...] or env=file.py:Class")
         self.env_class = None
         self.functions: dict[str, object] = {}
-        if env:
+        if env and env.startswith(VERIFIERS_ENV_PREFIX):
+            self.env_class = VerifiersTaskset(env[len(VERIFIERS_ENV_PREFIX):])
+            self.schemas = self.env_class.schemas
+        elif env:
             self.env_class = load_object(env, "rollout.multi_turn.env")
             missing = [hook for hook in ("reset",) if not callable(getattr(self.env_class, hook, None))]
             if not inspect.isclass(self.env_class) or missing:
@@ -108,7 +118,7 @@ class ToolSpec:
             return dict(self.functions), None, None
         env = self.env_class()
         first = env.reset(row)
-        return environment_tools(env), env, first
+        return (env.tools if isinstance(env, VerifiersEpisode) else environment_tools(env)), env, first
 
 
 def call_tool(tools: dict[str, object], name: str, arguments) -> tuple[str, str | None]:
@@ -120,6 +130,35 @@ def call_tool(tools: dict[str, object], name: str, arguments) -> tuple[str, str 
         result = tools[name](**arguments) if isinstance(arguments, dict) else tools[name](arguments)
     except ToolTimeout as error:
         return f"error: {error}", "timeout"
-    except Exception as error:  # the tool's own bug or bad arguments from the model: shown to the model
+    except (Exception, SystemExit) as error:  # the tool's own bug, bad arguments from the model: shown to the model
         return f"error: {type(error).__name__}: {error}", "error"
     return str(result), None
+
+
+class ToolRunner:
+    """Tool calls on daemon threads: at most `max_concurrent` at once, each given `timeout_s` from its start."""
+
+    def __init__(self, max_concurrent: int, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+
+    def submit(self, function, *args) -> Future:
+        """A future of `function(*args)`'s (observation, status); past the deadline, ("error: ...", "timeout")."""
+        future: Future = Future()
+        threading.Thread(target=self._supervise, args=(future, function, args), daemon=True,
+                         name="tool-call").start()
+        return future
+
+    def _supervise(self, future: Future, function, args) -> None:
+        with self._slots:
+            outcome: list = []
+            worker = threading.Thread(target=lambda: outcome.append(function(*args)), daemon=True, name="tool")
+            worker.start()
+            worker.join(self.timeout_s)
+        # A hung call gives its slot back: the thread runs on, but no longer counts against the concurrency.
+        if outcome:
+            future.set_result(outcome[0])
+        elif worker.is_alive():
+            future.set_result((f"error: the tool did not return within {self.timeout_s:g} s", "timeout"))
+        else:
+            future.set_result(("error: the tool ended its thread without returning", "error"))
