@@ -23,8 +23,9 @@ class RewardLM(torch.nn.Module):
         """(B,) fp32 scores of (B, L) rows, each read at its last token whose attention_mask is 1."""
         hidden = getattr(self, self.body_name)(input_ids=input_ids, attention_mask=attention_mask,
                                                position_ids=position_ids, use_cache=False).last_hidden_state  # (B, L, D)
-        return self.score(hidden[torch.arange(len(hidden), device=hidden.device), last_token(attention_mask)]
-                          )[:, 0].float()
+        last = hidden[torch.arange(len(hidden), device=hidden.device), last_token(attention_mask)]  # (B, D)
+        # A copy, not a view of the head's (B, 1) output: FSDP2 hooks the backward onto the returned tensor.
+        return self.score(last)[:, 0].float().clone()
 
 
 def last_token(attention_mask: torch.Tensor) -> torch.Tensor:

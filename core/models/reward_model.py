@@ -17,7 +17,7 @@ import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from core.config import ConfigError
-from core.models.loading import HUB_ID, check_model_files, init_fresh_value_head
+from core.models.loading import EMBEDDED_PREFIX, HUB_ID, PYPI_PREFIX, check_model_files, init_fresh_value_head
 
 SCALAR_HEAD_KEYS = ("score.",)  # the head's weights: `score.weight` (and a bias on some architectures)
 
@@ -25,6 +25,8 @@ SCALAR_HEAD_KEYS = ("score.",)  # the head's weights: `score.weight` (and a bias
 def check_scalar_head(path: str, key: str = "reward.model.path") -> None:
     """From config.json alone (no weights read): the model's head must have one output. A hub id is left to
     the load, which checks the same."""
+    if path.startswith((EMBEDDED_PREFIX, PYPI_PREFIX)):
+        return  # built or downloaded by the run: causal LMs, which the load refuses as having no trained head
     config_file = Path(path).expanduser() / "config.json"
     if not config_file.is_file():
         if HUB_ID.fullmatch(path) and not Path(path).expanduser().exists():
