@@ -8,7 +8,6 @@ import json
 import mlflow
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from core.cli import main as cli_main
 from core.config import load_config

@@ -2,10 +2,11 @@
 
 `head` picks what the model's output means: "policy" (a causal LM: response log-probs and
 entropy), "value" (a token-classification model with one label: a value per response token,
-PPO's critic) or "reward" (a scalar-head model: one score per row, at its last token). It knows nothing about algorithms: `update` takes a loss function that turns the
-head's outputs, the micro-batch and global normalisers into this micro-batch's share of the
-mini-batch loss. Global normalisers are summed over data-parallel ranks before any backward, so
-the gradient does not depend on how the mini-batch was split across micro-batches or ranks.
+PPO's critic) or "reward" (a scalar-head model: one score per row, at its last token). It knows
+nothing about algorithms: `update` takes a loss function that turns the head's outputs, the
+micro-batch and global normalisers into this micro-batch's share of the mini-batch loss. Global
+normalisers are summed over data-parallel ranks before any backward, so the gradient does not
+depend on how the mini-batch was split across micro-batches or ranks.
 """
 
 from __future__ import annotations

@@ -15,7 +15,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from core.models.loading import HUB_ID
 from core.models.lora import LoraSpec, merge_adapter_into, write_adapter_dir

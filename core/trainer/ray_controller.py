@@ -27,10 +27,10 @@ from core.config import ConfigError
 from core.engine.distributed import init_distributed
 from core.models.loading import load_tokenizer
 from core.rollout.base import SamplingParams, concat_rollouts
+from core.trainer.reward_model_worker import RewardModelWorker
 from core.trainer.seed import seed_everything
 from core.trainer.setup import host_threads
 from core.trainer.start_record import slowest, start_phase
-from core.trainer.reward_model_worker import RewardModelWorker
 from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
 ACTOR, CRITIC, REWARD_MODEL = "actor_rollout", "critic", "reward_model"
@@ -115,7 +115,8 @@ class RayWorkerGroup:
         with start_phase("ray_init", self.start_record):
             connect_ray()
         self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
-        self.sizes = {ACTOR: num_workers, CRITIC: num_workers, REWARD_MODEL: num_workers}  # workers per role, as errors count them
+        # Workers per role, as errors count them.
+        self.sizes = {ACTOR: num_workers, CRITIC: num_workers, REWARD_MODEL: num_workers}
         self.death: str | None = None  # what stopped the group, once a worker died
         self.gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
         check_cluster_fits(config, num_workers, self.gpus)
