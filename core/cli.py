@@ -1,4 +1,4 @@
-"""`recipezoo` command line: train, data, generate, eval, merge, leaderboard, doctor, fetch-model."""
+"""`recipezoo` command line: train, rm, data, generate, eval, preference-pairs, merge, leaderboard, doctor, fetch-model."""
 
 from __future__ import annotations
 
@@ -230,10 +230,12 @@ def _subcommand_parsers():
     from core.data.preprocess import add_parser as data
     from core.doctor import add_parser as doctor
     from core.eval.commands import add_parser as generate_and_eval
+    from core.eval.preference_pairs import add_parser as preference_pairs
     from core.models.fetch import add_parser as fetch_model
     from core.trainer.checkpoint_export import add_parser as merge
+    from core.trainer.reward_model_command import add_parser as reward_model
 
-    return [data, generate_and_eval, merge, fetch_model, doctor]
+    return [data, generate_and_eval, preference_pairs, reward_model, merge, fetch_model, doctor]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -136,3 +136,38 @@ def test_grpo_under_ray_with_two_workers_raises_held_out_accuracy(local_ray, tmp
     (_, before), (_, after) = trainer.val_history[0], trainer.val_history[-1]
     before, after = before["val/arithmetic/acc"], after["val/arithmetic/acc"]
     assert after - before >= RAY_MIN_GAIN, f"held-out accuracy {before:.3f} -> {after:.3f}"
+
+
+@pytest.fixture
+def tiny_reward_model_dir(random_model_dir, tmp_path):
+    """A reward model of the tiny architecture with a random scalar head (its scores differ by response)."""
+    from core.models.reward_model import load_reward_model
+    from core.models.tiny import build_tiny_tokenizer
+
+    torch.manual_seed(0)
+    model = load_reward_model(random_model_dir, fresh_head=True)
+    torch.nn.init.normal_(model.score.weight)
+    model.save_pretrained(tmp_path / "rm")
+    build_tiny_tokenizer().save_pretrained(tmp_path / "rm")
+    return str(tmp_path / "rm")
+
+
+@pytest.mark.parametrize("placement, workers", [("colocated", "2"), ("separate", "1")])
+def test_the_reward_model_scores_under_ray(local_ray, fast_overrides, tiny_reward_model_dir, tmp_path, placement,
+                                           workers):
+    """Colocated: each worker scores its rows with its shard; separate: an actor of its own scores the batch."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/ray_rm.db"
+    extra = [o for o in fast_overrides if not o.startswith("tracking.backends")]
+    config = load_config("grpo", extra + [
+        "trainer.controller=ray", f"trainer.n_gpus_per_node={workers}", "trainer.num_threads=1",
+        f"reward.model.path={tiny_reward_model_dir}", "reward.weights.model=2.0", f"reward.model.placement={placement}",
+        "tracking.backends=[mlflow]", f"tracking.uri={uri}"])
+    GRPOTrainer(config).fit()
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name("recipezoo").experiment_id])
+    metrics = run.data.metrics
+    assert metrics["reward/model/mean"] != 0.0 and metrics["reward/model/max"] > metrics["reward/model/min"]
+    assert metrics["critic/score/mean"] == pytest.approx(metrics["reward/rule/mean"] + 2.0 * metrics["reward/model/mean"],
+                                                         abs=1e-5)

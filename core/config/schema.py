@@ -38,6 +38,10 @@ KINDS_BEYOND_DEFAULT = {
     "trainer.max_staleness": ("int", "null"),  # null = async's default bound
     "trainer.save_batch_step": ("int", "null"),  # null = never
     "rollout.multi_turn.env": ("str", "null"),  # null = function tools
+    "reward.model.path": ("str", "null"),  # null = no reward model
+    "reward.model.micro_batch_tokens": ("int", "null"),
+    "reward.judge.model_path": ("str", "null"),  # null = the policy's model
+    "reward.judge.rollout_name": ("str", "null"),  # null = rollout.name
 }
 RANGES = {  # key -> the valid range, as the error states it
     **dict.fromkeys([
@@ -50,7 +54,8 @@ RANGES = {  # key -> the valid range, as the error states it
         "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.max_staleness", "trainer.rollout_workers",
         "trainer.partial_rollout_chunk", "trainer.stream_groups", "trainer.save_batch_step",
         "rollout.multi_turn.max_turns", "rollout.multi_turn.max_tool_response_chars",
-        "rollout.multi_turn.max_concurrent_tools"], "≥ 1"),
+        "rollout.multi_turn.max_concurrent_tools", "reward.model.micro_batch_size", "reward.model.micro_batch_tokens",
+        "reward.model.num_workers", "reward.judge.max_new_tokens", "reward.judge.batch_size"], "≥ 1"),
     **dict.fromkeys([  # 0 means off, all, or the library's default
         "rollout.temperature", "rollout.val_temperature", "rollout.top_k", "rollout.micro_batch_size",
         "actor.warmup_steps", "actor.weight_decay", "actor.clip_ratio_low", "actor.clip_ratio_high",
@@ -58,12 +63,14 @@ RANGES = {  # key -> the valid range, as the error states it
         "critic.cliprange_value", "algorithm.kl_coef", "algorithm.rollout_correction.mask_low",
         "reward.overlong_buffer.len", "trainer.test_freq", "trainer.save_freq",
         "trainer.max_ckpt_to_keep", "trainer.critic_warmup", "trainer.num_threads", "trainer.seed",
-        "trainer.max_bad_steps", "algorithm.filter_groups.max_num_gen_batches"], "≥ 0"),
+        "trainer.max_bad_steps", "algorithm.filter_groups.max_num_gen_batches", "reward.weights.rule",
+        "reward.weights.model", "reward.weights.judge"], "≥ 0"),
     **dict.fromkeys(["actor.lr", "critic.lr", "reward.timeout_s", "rollout.multi_turn.tool_timeout_s",
                      "actor.lora.alpha", "rollout.weight_bucket_mb",
                      "algorithm.rollout_correction.tis_cap", "algorithm.rollout_correction.mask_high"], "> 0"),
     "actor.lora.dropout": "in [0, 1)",
-    **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization"], "in (0, 1]"),
+    **dict.fromkeys(["rollout.top_p", "rollout.gpu_memory_utilization", "reward.judge.gpu_memory_utilization"],
+                    "in (0, 1]"),
     **dict.fromkeys(["algorithm.gamma", "algorithm.lam", "reward.max_error_frac"], "in [0, 1]"),
     **dict.fromkeys(["actor.clip_cov_ratio", "actor.kl_cov_ratio"], "in (0, 1)"),
 }

@@ -1,11 +1,12 @@
 """The FSDP2 training engine: forward passes and updates of a `fully_shard`ed policy or value model.
 
 `head` picks what the model's output means: "policy" (a causal LM: response log-probs and
-entropy) or "value" (a token-classification model with one label: a value per response token,
-PPO's critic). It knows nothing about algorithms: `update` takes a loss function that turns the
-head's outputs, the micro-batch and global normalisers into this micro-batch's share of the
-mini-batch loss. Global normalisers are summed over data-parallel ranks before any backward, so
-the gradient does not depend on how the mini-batch was split across micro-batches or ranks.
+entropy), "value" (a token-classification model with one label: a value per response token,
+PPO's critic) or "reward" (a scalar-head model: one score per row, at its last token). It knows
+nothing about algorithms: `update` takes a loss function that turns the head's outputs, the
+micro-batch and global normalisers into this micro-batch's share of the mini-batch loss. Global
+normalisers are summed over data-parallel ranks before any backward, so the gradient does not
+depend on how the mini-batch was split across micro-batches or ranks.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
 from core.batch import Batch
+from core.data.preference import PAIR_KEY
 from core.engine.distributed import World, all_reduce_max, all_reduce_mean, all_reduce_sum
 from core.engine.logprob_head import DEFAULT_CHUNK_TOKENS
 from core.engine.packing import register_varlen_attention, response_rows, split_groups_to, token_budget_groups
 from core.engine.policy_model import PolicyLM
+from core.engine.reward_head import RewardLM
 from core.engine.sharding import check_checkpoint_layers, decoder_layers, shard_model
 from core.engine.tp import clip_grad_norm, shard_model_2d
 from core.models.adapter import FULL_WEIGHTS, PolicyAdapter
@@ -38,9 +41,9 @@ from core.tracking.metrics import reduce_metrics
 
 # head="policy": loss_fn(log_probs, entropy, micro, num_tokens, num_seqs) -> (loss, metrics)
 LossFn = Callable[[torch.Tensor, torch.Tensor, Batch, float, float], tuple[torch.Tensor, dict]]
-# head="value":  loss_fn(values, micro, num_tokens, num_seqs) -> (loss, metrics)
+# head="value":  loss_fn(values, micro, num_tokens, num_seqs) -> (loss, metrics); head="reward": (scores, ...)
 ValueLossFn = Callable[[torch.Tensor, Batch, float, float], tuple[torch.Tensor, dict]]
-HEADS = {"policy": "actor", "value": "critic"}  # head -> prefix of the engine's own metrics
+HEADS = {"policy": "actor", "value": "critic", "reward": "reward_model"}  # head -> prefix of the engine's own metrics
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class FSDPEngine:
             model.set_attn_implementation(register_varlen_attention())
         if head == "policy":
             model = PolicyLM(model, logprob_chunk_tokens)
+        elif head == "reward":
+            model = RewardLM(model)
         if _on_cuda(compile_layers, "actor.compile_layers", world.device):
             # Fuses each block's norms, rotary and activations, and frees their intermediates: on an H100,
             # Qwen3-1.7B went from 23% to 42% MFU (bench/perf/train_mfu_gpu.py). Packed lengths vary: dynamic.
@@ -112,13 +117,17 @@ class FSDPEngine:
         A token budget packs each rank's rows into its own number of groups, but every rank must run as many
         forwards: FSDP2 gathers each layer's weights in a collective, and a rank with one group fewer leaves the
         others waiting in it for ever (seen at 8B on 2 GPUs). The ranks with fewer split their largest groups."""
+        lengths, width = batch["attention_mask"].sum(dim=1).numpy(), 1
+        if PAIR_KEY in batch.tensors:  # a preference batch: its units are pairs of rows, which the loss compares
+            lengths, width = lengths[0::2] + lengths[1::2], 2
         if self.micro_batch_tokens:
-            lengths = batch["attention_mask"].sum(dim=1).numpy()
             groups = token_budget_groups(lengths, self.micro_batch_tokens)
             most = int(all_reduce_max(len(groups), self.world.device))
-            return split_groups_to(groups, lengths, most)
-        return [list(range(i, min(i + self.micro_batch_size, len(batch))))
-                for i in range(0, len(batch), self.micro_batch_size)]
+            groups = split_groups_to(groups, lengths, most)
+        else:
+            size = max(1, self.micro_batch_size // width)
+            groups = [list(range(i, min(i + size, len(lengths)))) for i in range(0, len(lengths), size)]
+        return [[width * unit + offset for unit in group for offset in range(width)] for group in groups]
 
     def _forward(self, micro: Batch, temperature: float, entropy_grad: bool = False):
         """(B, T_resp) log-probs and entropy of `responses`, zero off the response tokens."""
@@ -136,6 +145,10 @@ class FSDPEngine:
             use_cache=False,
         ).logits
         return values[:, -micro["responses"].shape[1] - 1 : -1, 0].float()
+
+    def _forward_scores(self, micro: Batch) -> torch.Tensor:
+        """(B,) the reward head's score of each row at its last token."""
+        return self.model(*(micro[key].to(self.world.device) for key in ("input_ids", "attention_mask", "position_ids")))
 
     @torch.no_grad()
     def compute_log_probs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False,
@@ -163,6 +176,17 @@ class FSDPEngine:
             values[rows] = self._forward_values(batch.select(rows)).cpu()
         return values * batch["response_mask"]
 
+    @torch.no_grad()
+    def compute_scores(self, batch: Batch) -> torch.Tensor:
+        """(B,) fp32 reward-model scores, in micro-batches, no grad."""
+        if self.head != "reward":
+            raise RuntimeError(f"compute_scores needs an engine built with head='reward', not {self.head!r}")
+        self.model.eval()
+        scores = torch.zeros(len(batch))
+        for rows in self._micro_batches(batch):
+            scores[rows] = self._forward_scores(batch.select(rows)).cpu()
+        return scores
+
     # ---- update -------------------------------------------------------------------------------
     def update(self, batch: Batch, loss_fn: LossFn | ValueLossFn, *, mini_batch_size: int, epochs: int = 1,
                temperature: float = 1.0) -> dict[str, float]:
@@ -187,7 +211,8 @@ class FSDPEngine:
 
     def _optimizer_step(self, mini: Batch, loss_fn: LossFn | ValueLossFn, temperature: float) -> dict[str, float]:
         # Over data-parallel ranks only: the tp ranks of a group hold the same rows.
-        num_tokens = all_reduce_sum(mini["response_mask"].sum().item(), self.world.device, self.world.dp_group)
+        counted = mini["response_mask"] if "response_mask" in mini else mini["attention_mask"]
+        num_tokens = all_reduce_sum(counted.sum().item(), self.world.device, self.world.dp_group)
         num_seqs = all_reduce_sum(len(mini), self.world.device, self.world.dp_group)
         micro_metrics = []
         entropy_grad = getattr(loss_fn, "needs_entropy_grad", True)
@@ -195,6 +220,8 @@ class FSDPEngine:
             micro = mini.select(rows)
             if self.head == "policy":
                 outputs = self._forward(micro, temperature, entropy_grad)  # (log_probs, entropy)
+            elif self.head == "reward":
+                outputs = (self._forward_scores(micro),)
             else:
                 outputs = (self._forward_values(micro),)
             loss, metrics = loss_fn(*outputs, micro.to(self.world.device), num_tokens, num_seqs)

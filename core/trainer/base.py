@@ -31,7 +31,9 @@ from core.trainer.checkpoint import CheckpointManager, list_checkpoints
 from core.trainer.checkpoint_export import write_hf_files
 from core.trainer.controllers import build_roles
 from core.trainer.guards import StepGuard
+from core.trainer.judge_worker import JudgeWorker
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
+from core.trainer.reward_sources import RewardSources
 from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
 from core.trainer.signals import StopRequest, deferred_stop
@@ -55,6 +57,8 @@ class BaseTrainer:
         self.train_loader, self.val_dataset = parts.train_loader, parts.val_dataset
         self.actor_rollout, self.critic = parts.actor_rollout, parts.critic
         self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
+        judge = JudgeWorker(config, self.world.device, self.tokenizer) if config.reward.judge.enable else None
+        self.reward_sources = RewardSources(config.reward, self.tokenizer, parts.reward_model, judge)
         self.schedule = SCHEDULES[config.trainer.schedule](self)  # which weights generate a step's rollouts
         # Under tensor parallelism each rank of a tp group generates its share of the group's prompts.
         self.tp_generation = TensorParallelGeneration(self.world, self.tokenizer.pad_token_id) \
@@ -79,7 +83,8 @@ class BaseTrainer:
     # ---- the loop -----------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
         total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
-        with (self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.actor_rollout),
+        with (self.tracking, closed_at_exit(self.reward_manager), closed_at_exit(self.reward_sources),
+              closed_at_exit(self.actor_rollout),
               closed_at_exit(self.schedule), deferred_stop(self.where_stopped) as stop_request):
             first_step, val_metrics = self.before_first_step()
             for step in range(first_step, total + 1):
@@ -154,8 +159,12 @@ class BaseTrainer:
             raise RunHalted(f"stopped at step {self.global_step}: {failure}")
         for key, count in reward_metrics(info).items():  # summed: DAPO scores several batches a step
             self.step_metrics[key] = self.step_metrics.get(key, 0) + count
+        if not self.reward_sources.only_rule:  # a reward model or judge, or a weighted rule (docs/rewards.md)
+            scores, metrics = self.reward_sources.mixed(batch, scores)
+            for key, value in metrics.items():  # counts summed: DAPO scores several batches a step
+                self.step_metrics[key] = self.step_metrics.get(key, 0) + value if key in SUMMED_OVER_RANKS else value
         batch.tensors["token_level_scores"] = scores
-        batch.non_tensors["acc"] = np.asarray(info["acc"], dtype=object)
+        batch.non_tensors["acc"] = np.asarray(info["acc"], dtype=object)  # the rule's: whether the answer is right
         return batch
 
     def compute_log_probs(self, batch: Batch) -> Batch:

@@ -15,15 +15,22 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from core.models.loading import HUB_ID
 from core.models.lora import LoraSpec, merge_adapter_into, write_adapter_dir
 from core.models.random_init import build_causal_lm
 from core.trainer.checkpoint import CheckpointError, find_checkpoint
 
-# The architecture each role's weights belong to: the actor is a causal LM, the critic a value head.
-ROLE_CLASSES = {"actor": AutoModelForCausalLM, "critic": AutoModelForTokenClassification}
+# The architecture each role's weights belong to: the actor is a causal LM, the critic a value head per token, a
+# reward model (`recipezoo rm`) one scalar head read at the last token.
+ROLE_CLASSES = {"actor": AutoModelForCausalLM, "critic": AutoModelForTokenClassification,
+                "reward_model": AutoModelForSequenceClassification}
 
 
 def write_hf_files(model: torch.nn.Module, tokenizer, out_dir: Path) -> None:

@@ -31,6 +31,8 @@ from core.models.lora import LoraSpec, check_targets
 from core.models.random_init import MODEL_INITS
 from core.reward.build import MANAGERS
 from core.reward.gsm8k import GSM8K_METHODS
+from core.reward.judge import check_parser, check_template
+from core.reward.mixing import source_weights
 from core.rollout.multi_turn.actions import FORMATS as ACTION_FORMATS
 from core.rollout.multi_turn.settings import check_multi_turn
 from core.tracking.tracker import backend_names
@@ -49,6 +51,7 @@ PLACEMENTS = ("colocated", "disaggregated")  # trainer.placement: where the roll
 # Advantages that compare the n samples of one prompt.
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk", "gpg")
 CRITIC_ESTIMATORS = ("gae",)  # advantages that need PPO's value model
+REWARD_MODEL_PLACEMENTS = ("colocated", "separate")  # reward.model.placement
 CORRECTED_LOSSES = ("vanilla", "ppo_clip")  # losses that take the off-policy correction's token_weights
 
 def validate_config(config, world: tuple[int, str] | None = None) -> dict:
@@ -78,6 +81,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_profile_steps(resolved)
     check_save_batch(resolved)
     check_multi_turn(resolved)
+    check_reward_sources(resolved)
     return resolved
 
 
@@ -225,6 +229,26 @@ def check_trainer_class(trainer_cls, config) -> None:
         raise ConfigError(f"algorithm.filter_groups.enable=true with trainer.cls={config.trainer.cls} — dynamic "
                           "sampling is DAPO's trainer's own step (recipes/dapo/trainer.py), which this trainer "
                           "does not run; use --recipe dapo, or a trainer.cls that subclasses DAPOTrainer")
+
+
+def check_reward_sources(resolved: dict) -> None:
+    """`reward.weights` against the sources that are on, the reward model's placement and the judge's template and
+    parser (docs/rewards.md)."""
+    reward, controller = resolved["reward"], resolved["trainer"]["controller"]
+    source_weights(reward)
+    for key, value, valid in (("reward.model.placement", reward["model"]["placement"], REWARD_MODEL_PLACEMENTS),
+                              ("reward.model.mixed_precision", reward["model"]["mixed_precision"], ["auto", "bf16", "fp32"]),
+                              ("reward.judge.rollout_name", reward["judge"]["rollout_name"], [None, *ROLLOUT_PACKAGES])):
+        if value not in valid:
+            raise ConfigError(f"{key}={value!r} is not one of {list(valid)}")
+    if reward["model"]["path"] and reward["model"]["placement"] == "separate" and controller != "ray":
+        raise ConfigError("reward.model.placement=separate puts the reward model on Ray actors of its own: set "
+                          "trainer.controller=ray, or reward.model.placement=colocated")
+    if reward["judge"]["enable"]:
+        if controller != "local":
+            raise ConfigError("reward.judge runs under trainer.controller=local (one process, or torchrun) only")
+        check_template(reward["judge"]["template"])
+        check_parser(reward["judge"]["parser"], float(reward["judge"]["max_score"]))
 
 
 def check_profile_steps(resolved: dict) -> None:

@@ -70,7 +70,7 @@ def throughput_metrics(batch: Batch, step_seconds: float) -> dict[str, float]:
 # Counts that add up over ranks; every other metric is averaged. `rollout/baseline_tokens`: tokens a recipe
 # generates beside the trained samples (ReMax's greedy baseline), where it logs them.
 SUMMED_OVER_RANKS = ("perf/total_num_tokens", "rollout/generated_tokens", "rollout/baseline_tokens",
-                     "reward/error_count", "reward/timeout_count")
+                     "reward/error_count", "reward/timeout_count", "reward/judge/parse_failures")
 
 
 def logprob_diff_metrics(batch: Batch) -> dict[str, float]:

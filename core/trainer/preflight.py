@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from core.data.dataset import REGENERATE_HINT, DataError, column_values, read_rows
 from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX, check_model_files
+from core.models.reward_model import check_scalar_head
 from core.rollout.sglang import check_architecture, check_install
 from core.trainer.devices import check_devices
 from core.trainer.setup import data_files
@@ -25,6 +26,11 @@ def preflight(config) -> None:
     check_model_dir(config.model.path, config.model.gguf_file, "model.path", weights=config.model.init == "pretrained")
     if config.critic.model_path:
         check_model_dir(config.critic.model_path, None, "critic.model_path", weights=True)
+    if config.reward.model.path:
+        check_model_dir(config.reward.model.path, None, "reward.model.path", weights=True)
+        check_scalar_head(config.reward.model.path)
+    if config.reward.judge.enable and config.reward.judge.model_path:
+        check_model_dir(config.reward.judge.model_path, None, "reward.judge.model_path", weights=True)
     for split in ("train", "val"):
         for path in data_files(config.data, split):
             check_data_file(path, config.data)

@@ -27,12 +27,13 @@ from core.config import ConfigError
 from core.engine.distributed import init_distributed
 from core.models.loading import load_tokenizer
 from core.rollout.base import SamplingParams, concat_rollouts
+from core.trainer.reward_model_worker import RewardModelWorker
 from core.trainer.seed import seed_everything
 from core.trainer.setup import host_threads
 from core.trainer.start_record import slowest, start_phase
 from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
-ACTOR, CRITIC = "actor_rollout", "critic"
+ACTOR, CRITIC, REWARD_MODEL = "actor_rollout", "critic", "reward_model"
 ENGINE_ATTR = {ACTOR: "actor", CRITIC: "engine"}  # each role's training engine, as checkpoints see it
 DEATH_GRACE_S = 10  # how long a failed call waits for its peers' calls, to tell a failure from a death
 # Ray starts its workers at nice 15 (its `worker_niceness`), torchrun its ranks at the launcher's: under any CPU
@@ -85,6 +86,8 @@ class RankWorker:
                                                    with_rollout=with_rollout)}
         if with_critic:
             self.roles[CRITIC] = CriticWorker(config, world)
+        if colocated_reward_model(config):
+            self.roles[REWARD_MODEL] = RewardModelWorker(config, world, tokenizer)
         for role in self.roles.values():
             record |= role.start_record
         return (began, time.time()), record
@@ -112,7 +115,8 @@ class RayWorkerGroup:
         with start_phase("ray_init", self.start_record):
             connect_ray()
         self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
-        self.sizes = {ACTOR: num_workers, CRITIC: num_workers}  # workers per role, as errors count them
+        # Workers per role, as errors count them.
+        self.sizes = {ACTOR: num_workers, CRITIC: num_workers, REWARD_MODEL: num_workers}
         self.death: str | None = None  # what stopped the group, once a worker died
         self.gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
         check_cluster_fits(config, num_workers, self.gpus)
@@ -129,6 +133,7 @@ class RayWorkerGroup:
             raise
         self.actor = RemoteEngine(self, ACTOR)
         self.critic = RayCritic(self) if with_critic else None
+        self.reward_model = RayRewardModel(self) if colocated_reward_model(config) else None
 
     def _start(self, config, model_path: str, with_reference: bool, with_critic: bool, with_rollout: bool) -> None:
         """Every worker's setup at once (each loads its models and starts its engine), with `start_beside`'s
@@ -245,6 +250,20 @@ class RayCritic:
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         return self.group.run_split(CRITIC, "update_critic", batch)[0]  # averaged over ranks inside the group
+
+
+class RayRewardModel:
+    """`RewardModelWorker`'s interface over the group's actors, each holding its shard beside the actor."""
+
+    def __init__(self, group: RayWorkerGroup):
+        self.group = group
+
+    def compute_rm_scores(self, batch: Batch) -> Batch:
+        return Batch.concat(self.group.run_split(REWARD_MODEL, "compute_rm_scores", batch))
+
+
+def colocated_reward_model(config) -> bool:
+    return bool(config.reward.model.path) and config.reward.model.placement == "colocated"
 
 
 class RemoteEngine:

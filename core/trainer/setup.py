@@ -42,6 +42,7 @@ class Components:
     val_dataset: PromptDataset
     actor_rollout: ActorRolloutRefWorker  # or a RayWorkerGroup with the same methods
     critic: CriticWorker | None  # or the Ray group's RayCritic; None for critic-free recipes
+    reward_model: object | None  # a RewardModelWorker (or a Ray group's); None without reward.model.path
     tracking: Tracking
     resume_from: Path | None  # the checkpoint `trainer.resume` points at, None: a fresh run
     start_record: dict[str, float]  # seconds per start phase so far (core/trainer/start_record.py)
@@ -98,7 +99,7 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     with start_phase("roles", roles_record):
         roles = build_roles(config, world, model_path, tokenizer, with_reference=with_reference,
                             with_critic=with_critic, num_workers=dp_size)
-    for role in (roles.actor_rollout, roles.critic):  # the Ray group's critic is in the group's record
+    for role in (roles.actor_rollout, roles.critic, roles.reward_model):  # the Ray group's are in the group's record
         record |= getattr(role, "start_record", {})
     record |= roles_record
     resolved = OmegaConf.to_container(config, resolve=True)
@@ -108,8 +109,8 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
         tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank,
                                   resume_run_id=resume.mlflow_run_id if resume else None,
                                   resume_step=resume.step if resume else 0)
-    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, tracking,
-                      resume.path if resume else None, record)
+    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, roles.reward_model,
+                      tracking, resume.path if resume else None, record)
 
 
 def build_datasets(data, tokenizer, template_kwargs: dict | None = None) -> tuple[PromptDataset, PromptDataset]:
