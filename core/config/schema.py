@@ -38,6 +38,7 @@ KINDS_BEYOND_DEFAULT = {
     "trainer.max_staleness": ("int", "null"),  # null = async's default bound
     "trainer.save_batch_step": ("int", "null"),  # null = never
     "rollout.multi_turn.env": ("str", "null"),  # null = function tools
+    "data.response_key": ("str", "null"),  # null = chat messages (data.messages_key)
 }
 RANGES = {  # key -> the valid range, as the error states it
     **dict.fromkeys([

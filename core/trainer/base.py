@@ -26,8 +26,10 @@ from core.reward.manager import reward_metrics, too_many_errors
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
 from core.tracking.profiler import step_profiler
+from core.trainer.config_checks import validate_config
 from core.trainer.controllers import build_roles
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
+from core.trainer.preflight import check_data_file
 from core.trainer.run import TrainingRun
 from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
@@ -55,6 +57,13 @@ class BaseTrainer(TrainingRun):
         self.tp_generation = TensorParallelGeneration(self.world, self.tokenizer.pad_token_id) \
             if TensorParallelGeneration.applies(self.world, config.trainer.schedule) else None
         self.timeline = Timeline(self.world, self.actor_rollout)  # who computes when, per step (timeline.py)
+
+    # ---- what `recipezoo train` checks before anything starts ----------------------------------
+    @staticmethod
+    def check_config(config) -> None:
+        validate_config(config)
+
+    check_data_file = staticmethod(check_data_file)  # each data file: rows of prompts with the fields the config names
 
     @property
     def uses_reference(self) -> bool:
