@@ -46,7 +46,7 @@ class BaseTrainer(TrainingRun):
     samples_dynamically = False  # DAPO: `algorithm.filter_groups` (its trainer's generate); others would ignore it
 
     def __init__(self, config):
-        started = time.perf_counter()
+        started, self.config = time.perf_counter(), config  # uses_reference reads the config
         parts = build_components(config, build_roles, with_reference=self.uses_reference, with_critic=self.uses_critic)
         super().__init__(config, parts, started)
         self.val_dataset = parts.val_dataset
