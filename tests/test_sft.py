@@ -4,6 +4,11 @@ and the SFT → RL pipeline: a checkpoint is a `model.path`, and `recipezoo merg
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -193,3 +198,16 @@ def test_the_sft_recipe_and_its_dry_run(capsys):
     assert cli_main(["sft", "--dry-run"]) == 0
     plan = capsys.readouterr().out
     assert "64 examples/step" in plan and "prompt prompt + response extra_info.answer" in plan
+
+
+def test_the_8_gpu_launcher_dry_runs_offline(tmp_path):
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, DATA=str(tmp_path / "gsm8k"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    result = subprocess.run(["bash", str(repo / "recipes" / "sft" / "run_qwen3_8b.sh"), "--dry-run"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for line in ["model        Qwen/Qwen3-8B", "1 node × 8 devices (8 data-parallel)", "256 examples/step, 32 per rank",
+                 "micro-batches of 16384 tokens", "prompt ≤ 512, response ≤ 1024", "87 steps, lr 1e-05",
+                 "outputs/sft-qwen3-8b/checkpoints"]:
+        assert line in result.stdout, line
