@@ -1,4 +1,5 @@
-"""`recipezoo` command line: train, rm, data, generate, eval, preference-pairs, merge, leaderboard, doctor, fetch-model."""
+"""`recipezoo` command line: train, sft, rm, data, generate, eval, preference-pairs, merge, leaderboard, doctor,
+fetch-model."""
 
 from __future__ import annotations
 
@@ -62,36 +63,54 @@ def load_trainer_class(spec: str):
 
 def train(args: argparse.Namespace) -> int:
     config = load_config(args.recipe, args.overrides)
-    if args.dry_run or config.trainer.dry_run:
-        from core.trainer.config_checks import check_trainer_class
-        from core.trainer.plan import format_plan, make_plan
+    trainer_cls = load_trainer_class(config.trainer.cls)
+    if args.command == "sft":
+        from core.trainer.sft import SFTTrainer
 
-        plan = make_plan(config)  # validates at the world the config asks for
-        check_trainer_class(load_trainer_class(config.trainer.cls), config)
-        print(format_plan(plan), flush=True)
-        if args.plan_json:
-            write_plan_json(args.plan_json, plan, config)
-        return 0
+        if not issubclass(trainer_cls, SFTTrainer):
+            raise ConfigError(f"recipezoo sft: trainer.cls={config.trainer.cls} is not a supervised trainer — expected "
+                              "core.trainer.sft.SFTTrainer or a subclass (--recipe sft); RL recipes run with "
+                              "`recipezoo train`")
+    if args.dry_run or config.trainer.dry_run:
+        return dry_run(args, config, trainer_cls)
     if args.plan_json:
         raise ConfigError("--plan-json writes a dry run's plan: add --dry-run")
     from core.reward.build import custom_function
-    from core.trainer.config_checks import check_trainer_class, validate_config
+    from core.trainer.config_checks import check_trainer_class
     from core.trainer.preflight import preflight
     from core.trainer.run_dir import claimed_run_dirs
     from core.trainer.signals import interruptible
 
     # Everything the user can get wrong fails here, before an MLflow run, an output dir or a model exists.
-    validate_config(config)
-    trainer_cls = load_trainer_class(config.trainer.cls)
+    trainer_cls.check_config(config)  # the RL loop's checks, or a supervised trainer's own
     check_trainer_class(trainer_cls, config)
     custom_function(config.reward.custom_function)  # a reward file that fails to import
-    preflight(config)  # SGLang, devices, data files and model dir, before a model is built, warmed up or downloaded
+    # SGLang, devices, data files and model dir, before a model is built, warmed up or downloaded
+    preflight(config, trainer_cls.check_data_file)
     # SIGTERM/SIGINT end in one line and a released lock from here on; the loop itself stops gracefully.
     with interruptible():
         if _rank() != 0:  # rank 0 owns the output dir and writes the checkpoints
             return _fit(trainer_cls, config)
         with claimed_run_dirs(config.trainer.output_dir, config.trainer.checkpoint_dir, config.trainer.save_freq > 0):
             return _fit(trainer_cls, config)
+
+
+def dry_run(args: argparse.Namespace, config, trainer_cls) -> int:
+    """Check the config, print the plan, train nothing. A trainer with a plan of its own (SFT) prints that."""
+    from core.trainer.config_checks import check_trainer_class
+    from core.trainer.plan import format_plan, make_plan
+
+    if hasattr(trainer_cls, "dry_run_plan"):
+        if args.plan_json:
+            raise ConfigError(f"--plan-json: trainer.cls={config.trainer.cls} has no RL plan to write; drop it")
+        print(trainer_cls.dry_run_plan(config), flush=True)
+        return 0
+    plan = make_plan(config)  # validates at the world the config asks for
+    check_trainer_class(trainer_cls, config)
+    print(format_plan(plan), flush=True)
+    if args.plan_json:
+        write_plan_json(args.plan_json, plan, config)
+    return 0
 
 
 def write_plan_json(path: str, plan: dict, config) -> None:
@@ -122,6 +141,8 @@ def improvement_summary(val_history: list[tuple[int, dict[str, float]]]) -> str:
     lines = [f"held-out results, step {first_step} -> step {last_step}:"]
     for key in sorted(k for k in last if k.endswith("/acc")):
         lines.append(f"  {key}: {first[key]:.3f} -> {last[key]:.3f} ({100 * (last[key] - first[key]):+.1f} points)")
+    for key in sorted(k for k in last if k.endswith("_loss") and k in first):  # a supervised run's held-out loss
+        lines.append(f"  {key}: {first[key]:.4f} -> {last[key]:.4f} ({last[key] - first[key]:+.4f})")
     return "\n".join(lines)
 
 
@@ -163,16 +184,18 @@ def build_parser() -> argparse.ArgumentParser:
     debug_help = "on an error, print the full traceback instead of one line (= RECIPEZOO_DEBUG=1)"
     parser.add_argument("--debug", action="store_true", help=debug_help)
     commands = parser.add_subparsers(dest="command", required=True)
-    train_parser = commands.add_parser("train", help="run an RL recipe")
-    # SUPPRESS: without it the subcommand's default False would overwrite `recipezoo --debug train`.
-    train_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
-    train_parser.add_argument("--recipe", default="grpo", help="recipe name (recipes/<name>) or a config .yaml path")
-    train_parser.add_argument("--dry-run", action="store_true",
-                              help="check the config and data, print the plan, train nothing (= trainer.dry_run=true)")
-    train_parser.add_argument("--plan-json", metavar="FILE",
-                              help="with --dry-run: also write the plan and the resolved config to FILE as JSON")
-    train_parser.add_argument("overrides", nargs="*", help="config overrides, e.g. actor.lr=1e-5")
-    train_parser.set_defaults(handler=train)
+    for command, what, recipe in (("train", "run an RL recipe", "grpo"),
+                                  ("sft", "supervised fine-tuning (recipes/sft): the stage before RL", "sft")):
+        train_parser = commands.add_parser(command, help=what)
+        # SUPPRESS: without it the subcommand's default False would overwrite `recipezoo --debug train`.
+        train_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+        train_parser.add_argument("--recipe", default=recipe, help="recipe name (recipes/<name>) or a config .yaml path")
+        train_parser.add_argument("--dry-run", action="store_true", help="check the config and data, print the plan, "
+                                  "train nothing (= trainer.dry_run=true)")
+        train_parser.add_argument("--plan-json", metavar="FILE",
+                                  help="with --dry-run: also write the plan and the resolved config to FILE as JSON")
+        train_parser.add_argument("overrides", nargs="*", help="config overrides, e.g. actor.lr=1e-5")
+        train_parser.set_defaults(handler=train)
     _add_leaderboard_parser(commands)
     for add_parser in _subcommand_parsers():
         add_parser(commands)
@@ -242,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # argparse leaves overrides that follow a flag (`train a=1 --dry-run b=2`) unparsed: they are overrides too.
-    if extra and (args.command not in ("train", "doctor") or any(arg.startswith("-") for arg in extra)):
+    if extra and (args.command not in ("train", "sft", "doctor") or any(arg.startswith("-") for arg in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides += extra

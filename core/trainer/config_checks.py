@@ -60,10 +60,7 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     `world`: (number of training ranks, where that number comes from); default: this launch's
     (`launch_world`). The dry run passes the world the config asks for (`planned_world`).
     """
-    try:
-        resolved = OmegaConf.to_container(config, resolve=True)  # a broken ${...} fails here
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"cannot resolve the config: {error}") from None
+    resolved = resolved_config(config)
     check_types(resolved)
     check_choices(resolved)
     check_ranges(resolved)
@@ -83,6 +80,13 @@ def validate_config(config, world: tuple[int, str] | None = None) -> dict:
     check_multi_turn(resolved)
     check_reward_sources(resolved)
     return resolved
+
+
+def resolved_config(config) -> dict:
+    try:
+        return OmegaConf.to_container(config, resolve=True)  # a broken ${...} fails here
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot resolve the config: {error}") from None
 
 
 def launch_world(config) -> tuple[int, str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -103,4 +105,63 @@ def staleness_metrics(staleness: np.ndarray, max_staleness: int) -> dict[str, fl
                "rollout_corr/staleness/max": float(staleness.max())}
     for versions in range(max_staleness + 1):
         metrics[f"rollout_corr/staleness/frac_{versions}"] = float((staleness == versions).mean())
+    return metrics
+
+
+# ---- model FLOPs and MFU ----------------------------------------------------------------------------
+# Dense bf16 peak of one device, by the name CUDA gives it (tensor cores, no sparsity), from the vendors' sheets.
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "H800": 989e12, "H20": 148e12, "A100": 312e12, "A800": 312e12,
+                   "L40S": 362e12, "B200": 2250e12}
+
+
+@dataclass(frozen=True)
+class FlopsShape:
+    """What a decoder's training FLOPs depend on: its decoder matmul weights, layers, attention width, vocabulary."""
+
+    matmul_params: int  # weights of the decoder layers' linear maps (a LoRA adapter's included)
+    layers: int
+    attention_width: int  # query heads × head dim
+    vocab: int
+    hidden: int
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> FlopsShape:
+        """From a (sharded) policy: a DTensor parameter counts its global elements."""
+        config = model.config
+        layers = model.model.layers
+        matmul = sum(module.weight.numel() for module in layers.modules() if isinstance(module, torch.nn.Linear))
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return cls(matmul, config.num_hidden_layers, config.num_attention_heads * head_dim, config.vocab_size,
+                   config.hidden_size)
+
+
+def training_flops(shape: FlopsShape, lengths: torch.Tensor, head_tokens: int) -> float:
+    """Useful FLOPs of one forward and backward: 6·P·Σs (the decoder's matmuls, P weights, over every real token)
+    + 6·L·A·Σs² (attention scores and values, causal, fwd + bwd: PaLM's 12·L·H·Q·T halved by the mask, Chowdhery
+    et al. 2022, App. B) + 6·V·D·head_tokens (the lm-head, only at the positions a loss reads). Padding and
+    recomputation are not credited: the count bench/perf/train_mfu_gpu.py measures MFU with."""
+    lengths = lengths.double()
+    attention = 6 * shape.layers * shape.attention_width * float((lengths ** 2).sum())
+    return 6 * shape.matmul_params * float(lengths.sum()) + attention + 6 * shape.vocab * shape.hidden * head_tokens
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The device's dense bf16 peak, None for a CPU or an unlisted GPU (then no MFU is reported)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for model, peak in PEAK_BF16_FLOPS.items() if model in name.split()), None)
+
+
+def update_throughput_metrics(batch: Batch, step_seconds: float, shape: FlopsShape,
+                              peak: float | None) -> dict[str, float]:
+    """A training step on this rank: its tokens and tokens per second (as `throughput_metrics`), its useful
+    TFLOP/s and, on a GPU of known peak, its MFU (model FLOPs utilisation)."""
+    mask = batch["attention_mask"]
+    tokens, seconds = mask.sum().item(), max(step_seconds, 1e-9)
+    flops = training_flops(shape, mask.sum(dim=1), int(batch["response_mask"].sum()))
+    metrics = {"perf/total_num_tokens": tokens, "perf/throughput": tokens / seconds,
+               "perf/tflops": flops / seconds / 1e12}
+    if peak:
+        metrics["perf/mfu"] = flops / seconds / peak
     return metrics

@@ -17,6 +17,8 @@ from core.config import ConfigError
 from core.data.dataset import get_field, read_rows
 from core.models.fetch import PYPI_MODELS, PYPI_PREFIX, FetchError, describe_pypi_model, is_complete, model_dir
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
+from core.trainer.checkpoint import find_checkpoint
+from core.trainer.checkpoint_export import is_checkpoint
 from core.trainer.config_checks import CONTROLLER_PACKAGES, ROLLOUT_PACKAGES, planned_world, validate_config
 from core.trainer.memory_estimate import (
     GIB,
@@ -135,7 +137,10 @@ ASSUMED_GPU_GIB = 79.2
 
 
 def cached_model_dir(path: str) -> Path:
-    """`path` as a local dir: a `pypi://` model already converted is its cache dir (a dry run downloads nothing)."""
+    """`path` as a local dir: a `pypi://` model already converted is its cache dir (a dry run downloads nothing); a
+    checkpoint of an earlier run its actor's HF files (config and tokenizer: what the plan reads)."""
+    if is_checkpoint(path):
+        return find_checkpoint(Path(path).expanduser(), "model.path") / "actor" / "hf"
     name = path[len(PYPI_PREFIX):] if path.startswith(PYPI_PREFIX) else None
     if name in PYPI_MODELS and is_complete(cached := model_dir(name)):
         return cached
@@ -208,6 +213,8 @@ def model_source(path: str) -> str:
             return describe_pypi_model(path[len(PYPI_PREFIX):])
         except FetchError as error:
             raise ConfigError(f"model.path={path!r}: {error}") from None
+    if is_checkpoint(path):
+        return "a checkpoint of an earlier run: its actor, exported to a model dir at launch"
     try:
         _check_exists(path)  # the real run's rule: an existing local path or an `org/name` hub id
     except FileNotFoundError as error:

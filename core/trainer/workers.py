@@ -22,12 +22,12 @@ from core.batch import Batch
 from core.engine.allocator import set_expandable_segments
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine, OptimConfig
-from core.models.adapter import policy_adapter
-from core.models.loading import resolve_model_path
+from core.models.adapter import PolicyAdapter, policy_adapter
 from core.models.lora import write_adapter_dir
 from core.models.random_init import build_causal_lm, build_value_model
 from core.rollout.base import SamplingParams, generate_rollout
 from core.rollout.build import build_rollout
+from core.trainer.checkpoint_export import policy_model_path
 from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
 
@@ -41,22 +41,10 @@ class ActorRolloutRefWorker:
         self.config, self.world, self.tokenizer = config, world, tokenizer
         self.with_reference = with_reference
         actor = config.actor
-        optim = OptimConfig(lr=actor.lr, betas=tuple(actor.betas), weight_decay=actor.weight_decay,
-                            warmup_steps=actor.warmup_steps, grad_clip=actor.grad_clip)
-        batching = dict(micro_batch_size=actor.micro_batch_size, micro_batch_tokens=actor.micro_batch_tokens,
-                        remove_padding=actor.remove_padding, logprob_chunk_tokens=actor.logprob_chunk_tokens,
-                        compile_layers=actor.compile_layers, mixed_precision=actor.mixed_precision)
-        model = config.model
-        self.adapter = policy_adapter(actor.lora, base=dict(
-            path=model_path, init=model.init, seed=config.trainer.seed, gguf_file=model.gguf_file,
-            trust_remote_code=model.trust_remote_code))
+        batching = engine_batching(actor)
+        self.adapter = actor_adapter(config, model_path)
         self.start_record: dict[str, float] = {}  # seconds per start phase (core/trainer/start_record.py)
-        with start_phase("actor_model", self.start_record):
-            model = self._load(model_path)
-        with start_phase("actor_fsdp", self.start_record):
-            self.actor = FSDPEngine(model, world, optim=optim, cpu_offload=actor.cpu_offload,
-                                    gradient_checkpointing=actor.gradient_checkpointing,
-                                    checkpoint_layers=actor.checkpoint_layers, lora=self.adapter, **batching)
+        self.actor = build_actor_engine(config, world, lambda: self._load(model_path), self.adapter, self.start_record)
         self.ref = None
         if with_reference and not self.adapter.reference_is_base:  # LoRA: the actor's own frozen base
             with start_phase("ref", self.start_record):
@@ -160,7 +148,7 @@ class CriticWorker:
     def __init__(self, config, world: World):
         self.config, self.world = config, world
         critic, actor = config.critic, config.actor
-        path = resolve_model_path(critic.model_path or config.model.path)
+        path = policy_model_path(critic.model_path or config.model.path)
         optim = OptimConfig(lr=critic.lr, betas=tuple(critic.betas), weight_decay=critic.weight_decay,
                             warmup_steps=critic.warmup_steps, grad_clip=critic.grad_clip)
         self.start_record: dict[str, float] = {}
@@ -192,6 +180,35 @@ class CriticWorker:
         # Mini-batches like the actor's, so both take the same number of optimizer steps per rollout.
         return self.engine.update(batch, value_loss, mini_batch_size=mini_batch_rows(self.config, self.world),
                                   epochs=critic.ppo_epochs)
+
+
+def engine_batching(actor) -> dict:
+    """How the engine batches and computes a forward: the `actor.*` keys every engine of the policy shares."""
+    return dict(micro_batch_size=actor.micro_batch_size, micro_batch_tokens=actor.micro_batch_tokens,
+                remove_padding=actor.remove_padding, logprob_chunk_tokens=actor.logprob_chunk_tokens,
+                compile_layers=actor.compile_layers, mixed_precision=actor.mixed_precision)
+
+
+def actor_adapter(config, model_path: str) -> PolicyAdapter:
+    """`actor.lora` on the base model `model.path` names (a LoRA checkpoint records it)."""
+    model = config.model
+    return policy_adapter(config.actor.lora, base=dict(
+        path=model_path, init=model.init, seed=config.trainer.seed, gguf_file=model.gguf_file,
+        trust_remote_code=model.trust_remote_code))
+
+
+def build_actor_engine(config, world: World, load, adapter: PolicyAdapter, start_record: dict) -> FSDPEngine:
+    """The trained policy: `load()`'s model in the FSDP2 engine with AdamW, as `actor.*` sets them. The RL actor
+    and the SFT trainer's model are this same engine."""
+    actor = config.actor
+    optim = OptimConfig(lr=actor.lr, betas=tuple(actor.betas), weight_decay=actor.weight_decay,
+                        warmup_steps=actor.warmup_steps, grad_clip=actor.grad_clip)
+    with start_phase("actor_model", start_record):
+        model = load()
+    with start_phase("actor_fsdp", start_record):
+        return FSDPEngine(model, world, optim=optim, cpu_offload=actor.cpu_offload,
+                          gradient_checkpointing=actor.gradient_checkpointing,
+                          checkpoint_layers=actor.checkpoint_layers, lora=adapter, **engine_batching(actor))
 
 
 def rollout_weight_dtype(config, device: torch.device) -> torch.dtype:
