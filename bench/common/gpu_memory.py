@@ -97,14 +97,14 @@ def run_logged_until(name: str, command: list[str], log: Path, *, cwd: Path, tim
         try:
             returncode, stopped = process.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:
-            returncode, stopped = _stop(process, grace_s), True
+            returncode, stopped = stop_process_tree(process, grace_s), True
     wall = time.time() - start
     if returncode and not stopped:
         raise RuntimeError(f"{name} exited {returncode} after {wall:.0f} s; log {log}:\n" + log_tail(log))
     return wall, memory, stopped
 
 
-def _stop(process: subprocess.Popen, grace_s: float) -> int:
+def stop_process_tree(process: subprocess.Popen, grace_s: float) -> int:
     """SIGTERM to `process` alone and up to `grace_s` for it to exit (none when 0), then SIGKILL to its whole tree."""
     tree = _descendants(process.pid)  # while it runs: once it exits, its children move to init and out of the tree
     if grace_s > 0:

@@ -190,9 +190,10 @@ def main() -> None:
             torch.cuda.empty_cache()
         report["variants"].append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "step_s"}), flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(report, indent=1))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        # after every variant: a sweep stopped by a time limit keeps the variants it measured
+        (out / f"{args.name}.json").write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

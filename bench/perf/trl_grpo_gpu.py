@@ -4,8 +4,12 @@
 
 It runs beside bench/common/grpo_vllm_gpu.py in the same GPU session. One step: vLLM generates prompts-per-step x n
 completions, our GSM8K scorer scores them, TRL recomputes their log-probs without grad (our old_log_prob stage),
-and one AdamW step goes over all of them in micro-batches of 16. Writes OUT/trl_grpo.json. --no-vllm makes TRL
-generate with HF `generate` (the CPU test path). Needs trl 1.16.0 (bench/requirements-gpu.txt).
+and one AdamW step goes over all of them in micro-batches of 16. Writes OUT/trl_grpo.json after every step (a run
+stopped from outside keeps its steps), each step with TRL's own engine/trainer gauge
+`sampling/sampling_logp_difference/{mean,max}` (|Δ log p| of the sampled tokens, as our rollout/logprob_diff).
+`--reward varied` scores with bench/common/varied_reward.py (non-zero advantages on random weights); `--liger on`
+turns on TRL's Liger kernels (`use_liger_kernel`; needs the liger-kernel package, `auto`: where it imports).
+--no-vllm makes TRL generate with HF `generate` (the CPU test path). Needs trl 1.16.0 (bench/requirements-gpu.txt).
 
 Per-phase times come from TRL's own profiling contexts (perf_counter, no CUDA sync). They are recorded by
 wrapping ProfilingContext._log_metrics, which only observes: with report_to=none TRL reports them nowhere.
@@ -40,13 +44,33 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.extras import profiling
 
 from bench.common.gpu_memory import PeakMemoryMonitor
+from bench.common.varied_reward import compute_score as varied_score
 from core.reward.gsm8k import compute_score
+
+# TRL's per-step engine/trainer gauge, kept on each step's record.
+LOGPROB_DIFF = ("sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max")
 
 
 def gsm8k(completions, ground_truth, **_):
     """Our scorer on the decoded completion; TRL passes the dataset's extra columns as keyword lists."""
     texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
     return [compute_score(text, truth) for text, truth in zip(texts, ground_truth, strict=True)]
+
+
+def varied(completions, ground_truth, **_):
+    """bench/common/varied_reward.py on the decoded completion: rewards that vary within a group."""
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [varied_score("gsm8k", text, truth) for text, truth in zip(texts, ground_truth, strict=True)]
+
+
+def liger_on(choice: str) -> bool:
+    """Whether TRL runs with Liger kernels: `on` needs liger-kernel (refused in one line without it)."""
+    import importlib.util
+
+    installed = importlib.util.find_spec("liger_kernel") is not None
+    if choice == "on" and not installed:
+        raise SystemExit("--liger on: liger-kernel is not installed here (pip install liger-kernel)")
+    return choice != "off" and installed
 
 
 def load_prompts(path: str, tokenizer, max_prompt_len: int) -> tuple[Dataset, int]:
@@ -77,8 +101,8 @@ def breakdown(phases: dict, step_s: float) -> dict:
 class StepTimer(TrainerCallback):
     """Wall time and tokens of every optimizer step, TRL's phase times within it, and every logged dict."""
 
-    def __init__(self, total_steps: int, completions_per_step: int, cuda: bool):
-        self.total, self.completions, self.cuda = total_steps, completions_per_step, cuda
+    def __init__(self, total_steps: int, completions_per_step: int, cuda: bool, on_step=None):
+        self.total, self.completions, self.cuda, self.on_step = total_steps, completions_per_step, cuda, on_step
         self.steps: list[dict] = []
         self.logs: list[dict] = []
         self.phases: dict[str, float] = defaultdict(float)
@@ -117,8 +141,12 @@ class StepTimer(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
         self.logs.append({"step": state.global_step, **logs})
-        if "completions/mean_length" in logs and self.steps and self.steps[-1]["step"] == state.global_step:
-            self.steps[-1]["response_tokens"] = round(logs["completions/mean_length"] * self.completions)
+        if self.steps and self.steps[-1]["step"] == state.global_step:
+            if "completions/mean_length" in logs:
+                self.steps[-1]["response_tokens"] = round(logs["completions/mean_length"] * self.completions)
+            self.steps[-1].update({key: logs[key] for key in LOGPROB_DIFF if key in logs})
+            if self.on_step is not None:
+                self.on_step()
 
 
 def summarize(steps: list[dict], n_gpus: int) -> dict:
@@ -155,13 +183,16 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--reward", choices=("gsm8k", "varied"), default="gsm8k")
+    parser.add_argument("--liger", choices=("auto", "on", "off"), default="off",
+                        help="TRL's Liger kernels (use_liger_kernel); auto: where liger-kernel imports")
     parser.add_argument("--no-vllm", action="store_true", help="HF generate instead of vLLM (CPU test path)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     return parser, args
 
 
-def grpo_config(args, out: Path, accumulation: int, cuda: bool) -> GRPOConfig:
+def grpo_config(args, out: Path, accumulation: int, cuda: bool, liger: bool = False) -> GRPOConfig:
     """TRL's settings for exactly our E2E step's work (the comments map each to ours)."""
     return GRPOConfig(
         output_dir=str(out / "hf_trainer"),
@@ -191,6 +222,7 @@ def grpo_config(args, out: Path, accumulation: int, cuda: bool) -> GRPOConfig:
         model_init_kwargs={"dtype": "float32"},
         bf16=cuda,
         gradient_checkpointing=args.gradient_checkpointing,  # TRL's default is True; ours is off
+        use_liger_kernel=liger,
         use_vllm=not args.no_vllm, vllm_mode="colocate",
         vllm_gpu_memory_utilization=args.gpu_memory_utilization,
         vllm_max_model_length=args.max_prompt_len + args.max_response_len,
@@ -213,6 +245,7 @@ def main() -> int:
         parser.error(f"prompts-per-step x n = {completions} is not a multiple of --micro-batch {args.micro_batch}")
     accumulation = completions // args.micro_batch
     cuda = torch.cuda.is_available()
+    liger = liger_on(args.liger)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -221,9 +254,31 @@ def main() -> int:
     if len(dataset) < args.prompts_per_step:
         parser.error(f"{len(dataset)} prompts fit --max-prompt-len; a step needs {args.prompts_per_step}")
 
-    config = grpo_config(args, out, accumulation, cuda)
+    config = grpo_config(args, out, accumulation, cuda, liger)
+    memory = PeakMemoryMonitor()  # nvidia-smi: vLLM's pool too, which torch's counters miss
+    path = out / "trl_grpo.json"
 
-    timer = StepTimer(args.steps, completions, cuda)
+    def report() -> dict:
+        vllm = sys.modules.get("vllm")  # imported by TRL when installed
+        return {
+            "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "versions": {"torch": torch.__version__, "trl": trl.__version__,
+                         "vllm": getattr(vllm, "__version__", None), "transformers": transformers.__version__},
+            "command": sys.argv,
+            "settings": {**vars(args), "liger_kernel": liger, "completions_per_step": completions,
+                         "gradient_accumulation_steps": accumulation, "prompts_in_data": len(dataset),
+                         "prompts_dropped_over_max_prompt_len": dropped},
+            "grpo_config": config.to_dict(),
+            "summary": summarize(timer.steps, n_gpus=1),
+            "peak_memory_gib": memory.peaks_gib(),
+            "steps": timer.steps,
+            "logged": timer.logs,
+        }
+
+    def write() -> None:
+        path.write_text(json.dumps(report(), indent=2, default=str) + "\n")
+
+    timer = StepTimer(args.steps, completions, cuda, on_step=write)
     original_log_metrics = profiling.ProfilingContext._log_metrics
 
     def log_metrics(context, duration):
@@ -231,28 +286,12 @@ def main() -> int:
         original_log_metrics(context, duration)
 
     profiling.ProfilingContext._log_metrics = log_metrics
-    trainer = GRPOTrainer(model=args.model_dir, reward_funcs=gsm8k, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[timer])
-    with PeakMemoryMonitor() as memory:  # nvidia-smi: vLLM's pool too, which torch's counters miss
+    trainer = GRPOTrainer(model=args.model_dir, reward_funcs=varied if args.reward == "varied" else gsm8k,
+                          args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+    with memory:
         trainer.train()
-
-    vllm = sys.modules.get("vllm")  # imported by TRL when installed
-    report = {
-        "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "versions": {"torch": torch.__version__, "trl": trl.__version__, "vllm": getattr(vllm, "__version__", None),
-                     "transformers": transformers.__version__},
-        "command": sys.argv,
-        "settings": {**vars(args), "completions_per_step": completions, "gradient_accumulation_steps": accumulation,
-                     "prompts_in_data": len(dataset), "prompts_dropped_over_max_prompt_len": dropped},
-        "grpo_config": config.to_dict(),
-        "summary": summarize(timer.steps, n_gpus=1),
-        "peak_memory_gib": memory.peaks_gib(),
-        "steps": timer.steps,
-        "logged": timer.logs,
-    }
-    path = out / "trl_grpo.json"
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    summary = report["summary"]
+    write()
+    summary = report()["summary"]
     print(f"median step {summary['median_step_s']:.2f} s | {summary['tokens_per_s_per_gpu']:,.0f} tok/s/GPU "
           f"(steps {summary['steps_summarized']}) | wrote {path}", flush=True)
     return 0

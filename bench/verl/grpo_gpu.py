@@ -5,11 +5,13 @@
 (OUT also gets verl's log, metrics and Hydra dirs; bench/verl/suite.sh copies OUT/verl.json into results/perf/.)
 
 Runs `python -m verl.trainer.main_ppo` (verl 0.9.1: FSDP2 actor, vLLM rollout colocated on the same GPUs, its
-sync trainer) in verl's own environment (bench/requirements-verl.txt), never ours. Two shapes:
+sync trainer) in verl's own environment (bench/requirements-verl.txt), never ours. Three shapes:
 
 - `grpo`, 1 GPU: our end-to-end step of bench/perf/e2e_suite.sh. Qwen3-0.6B, 32 GSM8K prompts × 8, ≤ 384 prompt
   and 512 response tokens, temperature 1, one AdamW step per rollout (lr 1e-6, no weight decay, grad clip 1.0),
   clip 0.2, dual-clip 3, token-mean loss, no KL, vLLM at 40% of the GPU with CUDA graphs.
+- `grpo4b`, 1 GPU: bench/perf/side_by_side.py's larger shape. Qwen3-4B, 32 prompts × 8, ≤ 384 prompt and 1024
+  response tokens, otherwise as `grpo`, with gradient checkpointing.
 - `dapo8b`, 2 GPUs: the DAPO step of bench/scale/suite.py at 2 GPUs. Qwen3-8B, 16 prompts × 16, ≤ 512 prompt and
   2048 response tokens, two optimizer steps per rollout, clip 0.2/0.28, dual-clip 10, token-mean, no KL, dynamic
   sampling, overlong buffer 512, gradient checkpointing, bench/common/varied_reward.py as the reward.
@@ -36,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common.gpu_memory import PeakMemoryMonitor, device_name
+from bench.common.gpu_memory import PeakMemoryMonitor, device_name, stop_process_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTOR, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
@@ -74,6 +76,15 @@ SHAPES = {
         f"{ROLLOUT}.n=8", f"{ACTOR}.ppo_mini_batch_size=32",  # one optimizer step per rollout
         f"{ACTOR}.optim.weight_decay=0.0", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2",
         f"{ACTOR}.clip_ratio_c=3.0", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        f"{ROLLOUT}.gpu_memory_utilization=0.4",
+    ]},
+    # The larger single-GPU shape of bench/perf/side_by_side.py: Qwen3-4B, every weight trained, responses up to
+    # 1024 tokens; gradient checkpointing as verl's Qwen3-4B/8B GRPO examples set it (the fp32 state alone is 64 GB).
+    "grpo4b": {"gpus": 1, "max_tokens": 16384, "overrides": [
+        "data.train_batch_size=32", "data.max_prompt_length=384", "data.max_response_length=1024",
+        f"{ROLLOUT}.n=8", f"{ACTOR}.ppo_mini_batch_size=32",  # one optimizer step per rollout
+        f"{ACTOR}.optim.weight_decay=0.0", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2",
+        f"{ACTOR}.clip_ratio_c=3.0", "actor_rollout_ref.model.enable_gradient_checkpointing=true",
         f"{ROLLOUT}.gpu_memory_utilization=0.4",
     ]},
     "dapo8b": {"gpus": 2, "max_tokens": 16384, "overrides": [
@@ -166,25 +177,39 @@ def versions() -> dict:
     return found
 
 
-def run_verl(overrides: list[str], out: Path, timeout_s: int) -> dict:
-    """main_ppo under the nvidia-smi memory monitor; its metrics land in OUT/verl_metrics.jsonl."""
+def run_verl(overrides: list[str], out: Path, timeout_s: int, on_step=None) -> dict:
+    """main_ppo under the nvidia-smi memory monitor; its metrics land in OUT/verl_metrics.jsonl. `on_step(result)`
+    gets the result so far each time verl logs a step (the json is then rewritten: a run stopped from outside
+    keeps its steps)."""
     metrics, log = out / "verl_metrics.jsonl", out / "verl.log"
     metrics.unlink(missing_ok=True)
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics)}
-    start, returncode = time.time(), None
+    start, returncode, logged = time.time(), None, 0
+
+    def result() -> dict:
+        return {"verl_command": shlex.join(["python", "-m", "verl.trainer.main_ppo", *overrides]),
+                "returncode": returncode, "wall_s": time.time() - start, "peak_memory_gib": memory.peaks_gib(),
+                "memory_total_gib": memory.totals_gib(), "steps": read_steps(metrics)}
+
     with PeakMemoryMonitor() as memory, open(log, "w") as sink:
-        try:
-            returncode = subprocess.run(command, cwd=out, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                        timeout=timeout_s or None).returncode
-        except subprocess.TimeoutExpired:
-            returncode = "timeout"
-    result = {"verl_command": shlex.join(["python", "-m", "verl.trainer.main_ppo", *overrides]),
-              "returncode": returncode, "wall_s": time.time() - start, "peak_memory_gib": memory.peaks_gib(),
-              "memory_total_gib": memory.totals_gib(), "steps": read_steps(metrics)}
+        process = subprocess.Popen(command, cwd=out, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        while returncode is None:
+            try:
+                returncode = process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                if timeout_s and time.time() - start > timeout_s:
+                    stop_process_tree(process, grace_s=0)  # Ray's workers too, which hold the GPU
+                    returncode = "timeout"
+            partial = result()
+            if on_step is not None and len(partial["steps"]) > logged:
+                logged = len(partial["steps"])
+                on_step(partial)
+    final = result()
     if returncode != 0:
-        result["error"] = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-    return result
+        final["error"] = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+    return final
 
 
 def main(argv=None) -> int:
@@ -207,11 +232,13 @@ def main(argv=None) -> int:
     report = {"framework": "verl", "shape": args.shape, "gpus": SHAPES[args.shape]["gpus"], "device": device_name(),
               "versions": versions(), "command": shlex.join(["python", "bench/verl/grpo_gpu.py", *sys.argv[1:]]),
               "overrides": overrides, "config": compose(overrides)}
-    report |= run_verl(overrides, out, args.timeout_s)
-    (out / "verl.json").write_text(json.dumps(report, indent=1) + "\n")
+    path = out / "verl.json"
+    report |= run_verl(overrides, out, args.timeout_s,
+                       on_step=lambda partial: path.write_text(json.dumps(report | partial, indent=1) + "\n"))
+    path.write_text(json.dumps(report, indent=1) + "\n")
     times = [f"{s['timing_s/step']:.2f}" for s in report["steps"]]
     print(f"verl {args.shape}: exit {report['returncode']}, step times {', '.join(times) or 'none'} s, "
-          f"peak {report['peak_memory_gib']} GiB; wrote {out / 'verl.json'}", flush=True)
+          f"peak {report['peak_memory_gib']} GiB; wrote {path}", flush=True)
     return 0 if report["returncode"] == 0 else 1
 
 

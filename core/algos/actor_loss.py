@@ -11,6 +11,7 @@ import torch
 
 from core.algos.aggregation import aggregate_loss, local_loss_value
 from core.algos.kl import kl_penalty
+from core.algos.logprob_drift import LogprobDrift
 from core.algos.policy_loss import POLICY_LOSSES
 
 # (B,) bool: rows whose π_old is the update's own first forward (BaseTrainer.old_log_probs_from_update): that
@@ -18,9 +19,13 @@ from core.algos.policy_loss import POLICY_LOSSES
 OLD_FROM_UPDATE = "old_log_probs_from_update"
 
 
-def make_actor_loss(actor_cfg, max_response_length: int):
+def make_actor_loss(actor_cfg, max_response_length: int, track_logprob_drift: bool = False):
+    """`track_logprob_drift`: where this forward is π_old for the whole micro-batch (no old_log_probs given), add
+    |π_old − π_rollout| of its tokens to `actor_loss.logprob_drift` (LogprobDrift), which the caller pops after
+    the update. Only with rollout log-probs worth comparing (rollout.calculate_log_probs)."""
     policy_loss = POLICY_LOSSES.get(actor_cfg.policy_loss)
     agg = dict(loss_agg_mode=actor_cfg.loss_agg_mode, max_response_length=max_response_length)
+    drift = LogprobDrift()
 
     def actor_loss(log_probs, entropy, micro, num_tokens, num_seqs):
         mask = micro["response_mask"]
@@ -28,6 +33,8 @@ def make_actor_loss(actor_cfg, max_response_length: int):
         # No old_log_probs (or rows marked OLD_FROM_UPDATE): the trainer skipped their forward because this is
         # the first optimizer step on them, so π_old is the current forward itself (ratio 1, its gradient intact).
         old_log_probs = micro["old_log_probs"] if "old_log_probs" in micro else log_probs.detach()
+        if track_logprob_drift and "old_log_probs" not in micro and "rollout_log_probs" in micro:
+            drift.add(old_log_probs, micro["rollout_log_probs"], mask)
         if OLD_FROM_UPDATE in micro.tensors:
             old_log_probs = torch.where(micro[OLD_FROM_UPDATE].unsqueeze(-1), log_probs.detach(), old_log_probs)
         pg_loss, pg_metrics = policy_loss(
@@ -57,6 +64,7 @@ def make_actor_loss(actor_cfg, max_response_length: int):
 
     # With no entropy bonus the engine skips the entropy's backward (it is still reported).
     actor_loss.needs_entropy_grad = actor_cfg.entropy_coeff != 0
+    actor_loss.logprob_drift = drift
     return actor_loss
 
 

@@ -56,7 +56,8 @@ class ActorRolloutRefWorker:
                                              lambda: self._load(model_path).to(world.device), self.adapter)
         if actor.expandable_segments and (not with_rollout or config.rollout.name == "hf"):
             set_expandable_segments(True)  # no engine pool on this rank (a vLLM engine switches them itself)
-        self.actor_loss = make_actor_loss(actor, config.data.max_response_length)
+        self.actor_loss = make_actor_loss(actor, config.data.max_response_length,
+                                          track_logprob_drift=config.rollout.calculate_log_probs)
         self._adapter_dir, self._base_in_rollout = None, False
         self.weight_group: WeightGroup | None = None  # rank 0 under trainer.placement=disaggregated
         if with_rollout and config.model.init == "random" and config.rollout.name != "hf":
@@ -90,9 +91,12 @@ class ActorRolloutRefWorker:
         return Batch({"ref_log_probs": self.ref.compute_log_probs(batch, temperature)})
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
-        return self.actor.update(batch, self.actor_loss, mini_batch_size=mini_batch_rows(self.config, self.world),
-                                 epochs=self.config.actor.ppo_epochs,
-                                 temperature=self.config.rollout.temperature or 1.0)
+        """The update's metrics, with `rollout/logprob_diff/*` from its own forward where that forward was π_old
+        (the trainer skipped the one before it)."""
+        metrics = self.actor.update(batch, self.actor_loss, mini_batch_size=mini_batch_rows(self.config, self.world),
+                                    epochs=self.config.actor.ppo_epochs,
+                                    temperature=self.config.rollout.temperature or 1.0)
+        return metrics | self.actor_loss.logprob_drift.pop()
 
     def sync_weights(self) -> None:
         """The trained policy into the rollout engine: full (or LoRA-merged) weights, or with
