@@ -118,10 +118,11 @@ def versus_single(suite: ToolSuite, row: ToolSuiteRow) -> dict | None:
 
 
 def stop_reasons(row: ToolSuiteRow) -> dict[str, float]:
-    """How the held-out episodes ended: each reason's share, mean over the runs; reasons no episode had left out."""
+    """How the held-out episodes ended: each reason's share, mean over the runs, the most common first; reasons no
+    episode had left out."""
     reasons = sorted({key for figures in row.figures for key in figures if key.startswith(STOP_PREFIX)})
     means = {key[len(STOP_PREFIX):]: stats.mean for key in reasons if (stats := row.stats(key))}
-    return {reason: share for reason, share in means.items() if share > 0}
+    return dict(sorted(((reason, share) for reason, share in means.items() if share > 0), key=lambda item: -item[1]))
 
 
 def _train_mean(row: ToolSuiteRow, read) -> float | None:
