@@ -172,7 +172,8 @@ def test_the_tool_section_compares_each_tool_row_with_its_single_turn_row_by_han
              eval_entry("bt", "before", TOOL, 0.05, tools={"tool_call_rate": 0.3, "num_turns": 1.3, "tool_errors": 0.2}),
              eval_entry("t0", "after", TOOL, 0.6, "grpo-tool", "grpo-tool-0", tools[0]),
              eval_entry("t1", "after", TOOL, 0.7, "grpo-tool", "grpo-tool-1", tools[1]),
-             eval_entry("s0", "after", MODEL, 0.1, "grpo", "grpo-0"), eval_entry("s1", "after", MODEL, 0.2, "grpo", "grpo-1")]
+             eval_entry("s0", "after", MODEL, 0.1, "grpo", "grpo-0"),
+             eval_entry("s1", "after", MODEL, 0.2, "grpo", "grpo-1")]
     board = build_leaderboard({"schema": 1, "experiment": "tool-arithmetic-leaderboard", "runs": runs, "evals": evals})
     (suite,) = board.tool_suites
     assert (suite.model, suite.start, suite.tool_start) == (MODEL, 0.02, 0.05)
