@@ -33,6 +33,9 @@ heartbeat line shows (bench/leaderboard/host.py).
 --out DIR gets mlruns/ (the store), runs.json (its export), leaderboard.md (its section), logs/, work/ and
 invocations/ (how each invocation ran, for --merge's README).
 
+--suite tool-arithmetic trains each recipe × seed with the Python tool (rows <recipe>-tool) and single-turn, after a
+format probe (bench/leaderboard/tool_modes.py); --merge writes its table into results/tool_use/leaderboard.md.
+
 --lora-rank R trains LoRA policies (actor.lora.rank=R; set their learning rate with --lr) and names their
 rows <recipe>-lora<R>, so they sit beside the full-weight rows of the same recipes in one leaderboard.
 
@@ -88,6 +91,15 @@ from bench.leaderboard.schedules import (  # noqa: E402
 from bench.leaderboard.step_zero import step_0_from_pretrained  # noqa: E402
 from bench.leaderboard.suites import SUITES, Suite, context_length, eval_prompt_length  # noqa: E402
 from bench.leaderboard.tiny_baselines import VARIANTS  # noqa: E402
+from bench.leaderboard.tool_modes import (  # noqa: E402
+    add_tool_args,
+    check_tool_format,
+    chosen_format,
+    mode_pairs,
+    tool_job_args,
+    tool_overrides,
+    tool_record,
+)
 from core.leaderboard.export import MODEL_SHA_TAG  # noqa: E402
 from core.leaderboard.recipe_readmes import lora_row  # noqa: E402
 from core.leaderboard.schedules import RunSchedule  # noqa: E402
@@ -116,6 +128,8 @@ class Job:
     killed_by_driver: bool = False  # past its hard limit (stop)
     error: str | None = None        # a crash's cause where its log names none
     gpu_processes_seen: int = 0     # the most compute processes nvidia-smi listed on its GPU(s) while it ran
+    tool: bool = False              # a tool suite's job with the tool (tool_modes.py)
+    eval_model: str | None = None   # its evaluations' eval_model tag, when not the model's own (the tool's label)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -157,6 +171,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora-rank", type=int, default=None, help="train LoRA policies of this rank "
                         "(actor.lora.rank), in rows named <recipe>-lora<rank>; default: full weights")
     add_schedule_args(parser)
+    add_tool_args(parser)
     add_budget_args(parser)
     evals = parser.add_argument_group("evaluation (for smoke tests; a leaderboard keeps the defaults)")
     evals.add_argument("--eval-limit", type=int, default=None, help="first N prompts of each eval set")
@@ -183,6 +198,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.engine_kv_gib is not None and args.engine_kv_gib <= 0:
         parser.error(f"--engine-kv-gib {args.engine_kv_gib}: expected a KV cache size in GiB above 0")
     check_placement_flags(args, parser)
+    check_tool_format(args, SUITES[args.suite], parser)
+    args.tool_format_chosen = None  # main decides once the data is there (tool_modes.chosen_format)
     return args
 
 
@@ -214,7 +231,7 @@ def wanted_jobs(args) -> list[Job]:
     """The pretrained model's evaluation first (it is short), then every (recipe, seed)."""
     jobs = [Job("pretrained", None, 0)] if args.eval_before or args.eval_before_only else []
     if args.eval_before_only:
-        return jobs
+        return mode_pairs(jobs, args.model) if SUITES[args.suite].tool_folders else jobs
     if args.only:
         pairs = []
         for item in args.only:
@@ -230,7 +247,7 @@ def wanted_jobs(args) -> list[Job]:
         for schedule in run_schedules(args):
             row = lora_row(variant, args.lora_rank) + schedule.suffix()
             jobs.append(Job(f"{row}-seed{seed}", variant, seed, row=row, schedule=schedule))
-    return jobs
+    return mode_pairs(jobs, args.model) if SUITES[args.suite].tool_folders else jobs
 
 
 def prepare_data(args, suite: Suite) -> Path:
@@ -313,10 +330,13 @@ def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, fin
     command += ["--finish-by", str(finish_by)] if finish_by else []
     command += ["--eval-limit", str(args.eval_limit)] if args.eval_limit else []
     command += ["--eval-max-tokens", str(args.eval_max_tokens)] if args.eval_max_tokens else []
+    suite = SUITES[args.suite]
+    command += tool_job_args(job, suite, args.tool_format_chosen)
     run = [f"trainer.seed={job.seed}", f"tracking.run_name={job.name}", f"trainer.output_dir={out / 'work' / job.name}"]
     run += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank and job.variant else []
     run += ["trainer.val_before_train=false"] if args.step_0_from_pretrained and job.variant else []
     run += schedule_overrides(job.schedule)
+    run += tool_overrides(job, suite, args.data_dir, args.tool_format_chosen)
     return command + ["--", *common, *variant_overrides(variant, args), *run, *args.overrides]
 
 
@@ -466,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     common = run_overrides(args, data, uri, engine_len, found_sha) + [
         threads_override(args.runs_per_gpu, len(gpus), os.cpu_count() or 1)]  # as core.trainer.setup.host_threads
     args.step_0_from_pretrained = step_0_from_pretrained(args, suite, common, data)
+    args.tool_format_chosen = chosen_format(args, suite, out, model_path, next((g for g in gpus if g), ""))
     open_store(uri, suite.experiment)
     jobs = jobs_to_run(wanted_jobs(args), uri, suite.experiment, args.model, args.redo_stopped)
     devices = gpu_names(gpus)
@@ -482,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["recipezoo leaderboard run", *(argv if argv is not None else sys.argv[1:])]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "wall_s": None,
         "started_unix": started, "devices": devices, "runs_per_gpu": args.runs_per_gpu, "model": args.model,
-        "model_path": model_path, "model_sha256": found_sha, "suite": args.suite, "eval_prompt_length": eval_len})
+        "model_path": model_path, "model_sha256": found_sha, "suite": args.suite, "eval_prompt_length": eval_len,
+        **tool_record(out, args.tool_format_chosen)})
 
 
 if __name__ == "__main__":

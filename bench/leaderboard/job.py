@@ -187,10 +187,10 @@ def leaderboard_trainer(trainer_cls, turns: GpuTurns):
 
 def eval_specs(args, config, label: str) -> list[tuple[str, GenerationSpec, tuple[str, ...]]]:
     """(set name, generation settings, graders) for each evaluation set."""
-    specs = []
+    specs, files = [], dict(args.eval_file)
     for name, file, n, temperature, top_p, max_tokens, graders in SUITES[args.suite].eval_sets:
         specs.append((name, GenerationSpec(
-            model=label, data=(str(Path(args.data_dir) / file),), n=n, temperature=temperature, top_p=top_p,
+            model=label, data=(str(Path(args.data_dir) / files.get(name, file)),), n=n, temperature=temperature, top_p=top_p,
             max_tokens=min(max_tokens, args.eval_max_tokens or max_tokens), max_samples=args.eval_limit,
             max_prompt_length=args.eval_prompt_length, batch_size=1_000_000, seed=config.trainer.seed,
             rollout=config.rollout.name, device=config.trainer.device), graders))
@@ -202,7 +202,7 @@ def evaluate(args, config, rollout, tokenizer, *, label: str, tags: dict[str, st
     work, figures = Path(args.work), {}
     for name, spec, graders in eval_specs(args, config, label):
         responses = generate_responses(spec, work / f"{tags['eval_stage']}_{name}.parquet", rollout=rollout,
-                                       tokenizer=tokenizer)
+                                       tokenizer=tokenizer, template_kwargs=prompt_template_kwargs(config))
         for grader in graders:
             out = work / f"{tags['eval_stage']}_{name}_{grader}.json"
             run_name = f"{args.job}-{tags['eval_stage']}-{name}" + (f"-{grader}" if len(graders) > 1 else "")
@@ -216,6 +216,22 @@ def evaluate(args, config, rollout, tokenizer, *, label: str, tags: dict[str, st
                 raise RuntimeError(f"recipezoo {' '.join(argv)} failed")
             figures[f"{name}/{grader}"] = json.loads(out.read_text())["results"]
     return figures
+
+
+def prompt_template_kwargs(config) -> dict:
+    """What the training prompts' chat template got beside the messages: a multi-turn run's tool schemas
+    (format=chat), so that its evaluation offers the tools as its training did."""
+    from core.rollout.multi_turn.settings import enabled, template_kwargs, tool_spec
+
+    return template_kwargs(config.rollout, tool_spec(config.rollout)) if enabled(config.rollout) else {}
+
+
+def eval_file(text: str) -> tuple[str, str]:
+    """`--eval-file SET=FILE` -> (SET, FILE)."""
+    name, sep, file = text.partition("=")
+    if not sep or not name or not file:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected SET=FILE, e.g. tool_arithmetic=tool_arithmetic/test.parquet")
+    return name, file
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -235,6 +251,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--eval-prompt-length", type=int, default=1024, help="longest eval prompt, in tokens")
     parser.add_argument("--suite", default="gsm8k", choices=sorted(SUITES), help="whose eval sets to evaluate")
     parser.add_argument("--model-sha256", default=None, help="tagged on every evaluation: the model file's identity")
+    parser.add_argument("--eval-file", type=eval_file, action="append", default=[], metavar="SET=FILE",
+                        help="evaluate the suite's eval set SET on FILE (under --data-dir) instead of its own file: "
+                             "a tool run's prompts, which offer the tool")
+    parser.add_argument("--eval-model", default=None, help="the evaluations' eval_model tag (default: model.path): "
+                        "the pretrained model with its tool names another starting point than the model alone")
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
     if [o for o in overrides if o.startswith("-")]:
@@ -285,8 +306,8 @@ def train_and_evaluate(args, config, turns: GpuTurns) -> None:
     try:
         figures = evaluate(args, config, final_engine(trainer), trainer.tokenizer,
                            label=f"{model} after {args.name} ({steps} steps, run {run_id})",
-                           tags={"eval_stage": "after", "eval_model": model, "eval_recipe": args.name,
-                                 "eval_train_run": run_id})
+                           tags={"eval_stage": "after", "eval_model": args.eval_model or model,
+                                 "eval_recipe": args.name, "eval_train_run": run_id})
     finally:
         trainer.close_engines()
     tag_run(config, run_id, {AFTER_EVAL_TAG: "done"})
@@ -320,7 +341,7 @@ def evaluate_pretrained(args, config, turns: GpuTurns) -> None:
     turns.enter_step()
     started = time.monotonic()
     figures = evaluate(args, config, rollout, tokenizer, label=model,
-                       tags={"eval_stage": "before", "eval_model": model})
+                       tags={"eval_stage": "before", "eval_model": args.eval_model or model})
     write_summary(args, eval_s=round(time.monotonic() - started, 1), figures=figures, status="done")
 
 

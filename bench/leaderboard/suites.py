@@ -11,12 +11,17 @@ of the before → after table, the MLflow experiment and where --merge writes it
   task's test problems), the same budget and eval sets; results/leaderboard/reasoning_gym_open/candidates/README.md says why.
 - `reasoning-gym-coder`: CODER_SUITE_TASKS, open-answer tasks at settings where Qwen2.5-Coder-0.5B-Instruct starts
   between 5% and 50% on each (the stronger model's suite; SmolLM2-135M starts near 0 on most of them).
+- `tool-arithmetic`: arithmetic where the tool decides the answer (core/data/tool_arithmetic.py), every recipe
+  trained twice, with the sandboxed Python tool (rollout.multi_turn) and single-turn, on the same problems
+  (bench/leaderboard/tool_modes.py); its table joins results/tool_use/leaderboard.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from core.data.tool_arithmetic import INSTRUCTION as TOOL_INSTRUCTION
 
 # (name, file under --data-dir, samples per prompt, temperature, top-p, max new tokens, GSM8K graders).
 # GSM8K is scored by both graders (a 135M model often ends without `#### N`); the MATH sources use
@@ -82,6 +87,21 @@ CODER_SUITE_TASKS = (
 )
 SUITE_TRAIN_ROWS, SUITE_TEST_ROWS, SUITE_SEED = 500, 100, 0
 
+# tool-arithmetic: one set of problems (the same seed: the same rows in the same order) written three times, each
+# with the instruction of the rollout that reads it. Single-turn: only the answer format, as a run without a tool
+# would be told. The tool's prompts say to use it; in the chat format the template shows the tool's schema, in the
+# tags format the prompt says how to call it. The default digits (4-6, core/data/tool_arithmetic.py) put even the
+# smallest product past what Qwen2.5-Coder-0.5B-Instruct computes in its head (docs/tool-use.md says how).
+TOOL_ARITHMETIC_TRAIN_ROWS, TOOL_ARITHMETIC_TEST_ROWS, TOOL_ARITHMETIC_SEED = 2000, 200, 0
+NO_TOOL_INSTRUCTION = "Put the exact integer result, digits only, within \\boxed{}."
+TAGS_TOOL_INSTRUCTION = (f"{TOOL_INSTRUCTION} To compute, write Python code between <python> and </python> tags, for "
+                         "example <python>print(3 * 4)</python>, and you will get what it prints.")
+TOOL_ARITHMETIC_FOLDERS = {  # rollout -> (folder under --data-dir, the prompts' instruction)
+    "single": ("tool_arithmetic_plain", NO_TOOL_INSTRUCTION),
+    "chat": ("tool_arithmetic", TOOL_INSTRUCTION),
+    "tags": ("tool_arithmetic_tags", TAGS_TOOL_INSTRUCTION),
+}
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -96,6 +116,11 @@ class Suite:
     max_prompt: int            # its default data.max_prompt_length
     tasks: tuple = ()          # reasoning-gym (task, settings) pairs, SUITE_TASKS' shape: train_file's folder holds them
     max_constant_share: float | None = None  # `recipezoo data reasoning-gym --max-constant-share`
+    # A tool suite's data folders: rollout (single, chat, tags) -> (folder, instruction), TOOL_ARITHMETIC_FOLDERS'
+    # shape. Each recipe then trains with the tool and single-turn (tool_modes.py).
+    tool_folders: dict = field(default_factory=dict)
+    board_dir: str | None = None   # under results/: where --merge writes the leaderboard, when not results_dir
+    board_exports: tuple = ()      # under results/: further exports that table is built from
 
     def data_commands(self, data_dir: str, local_data: str | None) -> list[tuple[str, list[str]]]:
         """(parquet that must exist, `recipezoo` argv that makes it) for every file the suite reads."""
@@ -110,6 +135,11 @@ class Suite:
                 commands.append((f"{data_dir}/{name}/{split}.parquet", argv))
         if self.tasks:
             commands.append((f"{data_dir}/{self.train_file}", self.reasoning_gym_argv(data_dir)))
+        for folder, instruction in self.tool_folders.values():  # both splits, one command a folder
+            commands.append((f"{data_dir}/{folder}/train.parquet", [
+                "data", "tool-arithmetic", "--out", f"{data_dir}/{folder}", "--size", str(TOOL_ARITHMETIC_TRAIN_ROWS),
+                "--test-size", str(TOOL_ARITHMETIC_TEST_ROWS), "--seed", str(TOOL_ARITHMETIC_SEED),
+                "--instruction", instruction]))
         return commands
 
     def reasoning_gym_argv(self, data_dir: str) -> list[str]:
@@ -141,6 +171,14 @@ SUITES = {
                                               max_constant_share=0.1),
     "reasoning-gym-coder": reasoning_gym_suite("reasoning-gym-coder", "reasoning_gym_coder", CODER_SUITE_TASKS,
                                                max_constant_share=0.1),
+    # Held out: every test problem, greedy, under the training runs' response limit (512 tokens: every turn and
+    # tool reply of an episode), so the pretrained evaluations are the runs' step 0 (step_zero.py).
+    "tool-arithmetic": Suite(
+        "tool-arithmetic", "tool-arithmetic-leaderboard", "tool_arithmetic_plain/train.parquet",
+        "tool_arithmetic_plain/test.parquet",
+        (("tool_arithmetic", "tool_arithmetic_plain/test.parquet", 1, 0.0, 1.0, 512, ("math_verify",)),),
+        "tool_use/tool_arithmetic", True, 512, 768, tool_folders=TOOL_ARITHMETIC_FOLDERS, board_dir="tool_use",
+        board_exports=("tool_use/runs.json",)),
 }
 
 

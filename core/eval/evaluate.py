@@ -2,7 +2,9 @@
 
 Scoring goes through the reward manager the trainer uses (same scorers, same dispatch by
 `data_source`, same timeouts), and the figures through `core.eval.summary.summarize`, which
-validation during training uses too.
+validation during training uses too. Responses of tool-using episodes (rows with `episodes`, from a multi-turn
+rollout) add their tool figures per data source (`tool_use`: tool-call rate, turns, tool errors, stop reasons),
+the ones validation logs as `val/tool/*` and `val/multi_turn/*`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from core.data.dataset import get_field, read_rows
 from core.eval.summary import PromptResult, summarize
 from core.reward.answer_formats import format_shares
 from core.reward.manager import too_many_errors
+from core.rollout.multi_turn.episode_metrics import multi_turn_metrics
 
 GROUND_TRUTH_KEY = "reward_model.ground_truth"
 
@@ -86,7 +89,25 @@ def evaluate(paths: list[str], reward_manager, grader: dict, max_error_frac: flo
     generation = json.loads(settings.pop()) if len(settings) == 1 else "mixed (files generated with different settings)"
     return {"results": summarize(results), "protocol": {"generation": generation, "grader": grader},
             "files": [str(Path(p)) for p in paths], "prompts_sha256": prompt_fingerprints(rows),
-            "reward_errors": sum(error is not None for error in errors), "answer_formats": answer_formats(rows)}
+            "reward_errors": sum(error is not None for error in errors), "answer_formats": answer_formats(rows),
+            **({"tool_use": tools} if (tools := tool_figures(rows)) else {})}
+
+
+def tool_figures(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per data source, what its tool-using episodes did (multi_turn_metrics, under flat names: `tool_call_rate`,
+    `num_turns`, `tool_errors`, `stop_reason_<reason>`, ...); empty when no row holds episodes."""
+    episodes: dict[str, dict[str, list]] = {}
+    for row in rows:
+        for key, values in (row.get("episodes") or {}).items():
+            episodes.setdefault(row["data_source"], {}).setdefault(key, []).extend(values)
+    return {source: {flat_tool_name(key): value for key, value in multi_turn_metrics(columns).items()}
+            for source, columns in sorted(episodes.items())}
+
+
+def flat_tool_name(key: str) -> str:
+    """`tool/call_rate` -> `tool_call_rate`, `multi_turn/num_turns/mean` -> `num_turns`,
+    `multi_turn/stop_reason/length` -> `stop_reason_length`: one name under `eval/<data source>/`."""
+    return key.removeprefix("multi_turn/").removesuffix("/mean").replace("/", "_")
 
 
 def answer_formats(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -109,6 +130,9 @@ def format_report(report: dict) -> str:
     for source, shares in (report.get("answer_formats") or {}).items():
         written = ", ".join(f"{share:.1%} {label}" for label, share in shares.items())
         lines.append(f"\n{source} responses containing: {written}")
+    for source, figures in (report.get("tool_use") or {}).items():
+        lines.append(f"\n{source} episodes: tool-call rate {figures['tool_call_rate']:.3f}, {figures['num_turns']:.2f} "
+                     f"turns, {figures['tool_errors']:.2f} tool errors per episode")
     return "\n".join(lines)
 
 

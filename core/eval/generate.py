@@ -3,7 +3,9 @@
 Generation goes through the same rollout backend and prompt pipeline as training (chat template,
 left padding, seeded sampling), so an offline evaluation measures what validation measures.
 Each output row is the input row plus `responses` (n strings), `response_lengths` (tokens) and
-`generation` (the settings), so a results file carries its own protocol.
+`generation` (the settings), so a results file carries its own protocol; a multi-turn rollout's rows also carry
+`episodes`, each episode column of its n responses (turns, tool calls, tool errors, stop reason), which
+`recipezoo eval` turns into tool figures.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from core.data.dataset import PromptDataset, collate_prompts, read_rows, write_r
 from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
 from core.rollout.base import SamplingParams
 from core.rollout.build import build_rollout
+from core.rollout.multi_turn.episode_metrics import EPISODE_COLUMNS
 from core.tracking.console import format_duration
 
 
@@ -39,11 +42,14 @@ class GenerationSpec:
     device: str = "auto"
 
 
-def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, tokenizer=None) -> Path:
+def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, tokenizer=None,
+                       template_kwargs: dict | None = None) -> Path:
     """Generate for every prompt of `spec.data` (up to max_samples) and write `out` (.parquet/.jsonl).
 
     `rollout` and its `tokenizer`: a backend built elsewhere, e.g. a trainer's engine holding the
-    policy it trained; `spec.model` then only names that policy in the written settings.
+    policy it trained, or tool-using episodes around one (rollout.multi_turn); `spec.model` then only names that
+    policy in the written settings. `template_kwargs`: more arguments for the chat template, as the training
+    prompts had them (a multi-turn run's tool schemas).
     """
     if (rollout is None) != (tokenizer is None):
         raise ValueError("generate_responses: pass both rollout and tokenizer, or neither")
@@ -55,7 +61,8 @@ def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, toke
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         model = load_causal_lm(model_path, spec.gguf_file, dtype=dtype).to(device) if spec.rollout == "hf" else None
         rollout = build_rollout(_rollout_config(spec), model_path, tokenizer, lambda: model)
-    dataset = PromptDataset(list(spec.data), tokenizer, max_prompt_length=spec.max_prompt_length)
+    dataset = PromptDataset(list(spec.data), tokenizer, max_prompt_length=spec.max_prompt_length,
+                            template_kwargs=template_kwargs)
     items = dataset.items[: spec.max_samples] if spec.max_samples else dataset.items
     source_rows = [row for path in spec.data for row in read_rows(path)]
     settings = {key: value for key, value in asdict(spec).items() if key not in ("data", "batch_size", "device")}
@@ -67,9 +74,14 @@ def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, toke
                                 max_new_tokens=spec.max_tokens, seed=spec.seed + first, log_probs=False)
         batch = rollout.generate(collate_prompts(chunk, dataset.pad_token_id), params)
         texts, lengths = decode(batch, tokenizer)
+        columns = [key for key in EPISODE_COLUMNS if key in batch.non_tensors]
         for i, item in enumerate(chunk):
-            rows.append({**source_rows[item.index], "responses": texts[i * spec.n:(i + 1) * spec.n],
-                         "response_lengths": lengths[i * spec.n:(i + 1) * spec.n], "generation": settings})
+            mine = slice(i * spec.n, (i + 1) * spec.n)
+            row = {**source_rows[item.index], "responses": texts[mine], "response_lengths": lengths[mine],
+                   "generation": settings}
+            if columns:  # a multi-turn rollout: what each episode did with its tools
+                row["episodes"] = {key: [_plain(value) for value in batch.non_tensors[key][mine]] for key in columns}
+            rows.append(row)
         _progress(len(rows), len(items), started)
     return write_rows(rows, out)
 
@@ -90,6 +102,11 @@ def decode(batch, tokenizer) -> tuple[list[str], list[int]]:
     mask = batch["response_mask"].bool()
     ids = [row[row_mask].tolist() for row, row_mask in zip(batch["responses"], mask)]
     return tokenizer.batch_decode(ids, skip_special_tokens=True), mask.sum(-1).tolist()
+
+
+def _plain(value):
+    """A numpy scalar as the Python value parquet and JSON write."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def _progress(done: int, total: int, started: float) -> None:

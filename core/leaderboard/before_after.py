@@ -154,6 +154,8 @@ def training_reward(run: dict) -> str:
         return f"custom {custom}"
     if "reasoning_gym" in str(params.get("data.val_files")):  # the suite trains on the tasks it validates on
         text = "reasoning-gym verifiers"
+    elif "tool_arithmetic" in str(params.get("data.val_files")):  # its data source is scored as MATH is
+        text = "math_verify on the last \\boxed{}"
     else:
         text = f"gsm8k {params.get('reward.gsm8k_method') or '?'}, format {params.get('reward.format_score') or '?'}"
     if str(params.get("reward.overlong_buffer.enable")).lower() == "true":

@@ -13,7 +13,8 @@ Exports with `evals` add a section per pretrained model (before_after.py: before
 std and a 95% interval over seeds), with its curves in plots/ (one figure per model; a run that did not
 validate at step 0 starts at the pretrained model's evaluation, eval_columns.with_pretrained_start); the training runs
 it shows appear only there, not in the tiny-task table. Rows whose runs call tools get a before -> after
-section of their own too (tool_use.py). Written into the repository's own tables (TINY_TABLE, RECIPE_BASELINES), the
+section of their own too (tool_use.py), and a pretrained model trained with a tool and single-turn one
+comparing both (tool_suite.py). Written into the repository's own tables (TINY_TABLE, RECIPE_BASELINES), the
 leaderboard also rewrites each recipe README's generated blocks (`<!-- BEGIN gsm8k-leaderboard ...`,
 `<!-- BEGIN tiny-leaderboard ...`); written anywhere under results/, those of its tool-use rows
 (`<!-- BEGIN tool-use-leaderboard ...`).
@@ -52,6 +53,7 @@ from core.leaderboard.schedules import write_schedule_plots
 from core.leaderboard.seed_stats import SeedStats, plot_seed_curves
 from core.leaderboard.suite_rank import SUITE_CURVE_KEY, with_suite_history
 from core.leaderboard.tables import markdown_table, md_cell, round6, steps_text
+from core.leaderboard.tool_suite import ToolSuite, build_tool_suites, render_tool_suite, tool_suite_records
 from core.leaderboard.tool_use import ToolUseSection, build_tool_use, render_tool_use, tool_use_records
 from core.reward.reasoning_gym import is_reasoning_gym
 from core.tracking.console import format_duration
@@ -125,6 +127,7 @@ class Leaderboard:
     experiment: str | None = None
     before_after: BeforeAfter | None = None  # from the export's `evals`, when it has any
     tool_use: ToolUseSection | None = None    # the rows whose runs called tools, when any did
+    tool_suites: list[ToolSuite] = field(default_factory=list)  # a model trained with a tool and without (tool_suite.py)
 
 
 def task_protocol(run: dict, task: str) -> dict[str, str]:
@@ -198,7 +201,8 @@ def build_leaderboard(export: dict) -> Leaderboard:
     # Best first; rows without the first task's metric last; ties by name, so the order is stable.
     rows.sort(key=lambda r: (first not in r.cells, -r.cells[first].mean if first in r.cells else 0.0,
                              r.recipe, r.model))
-    return Leaderboard(tasks, protocols, rows, export.get("experiment"), before_after, build_tool_use(rows, tasks))
+    return Leaderboard(tasks, protocols, rows, export.get("experiment"), before_after, build_tool_use(rows, tasks),
+                       build_tool_suites(before_after, evals) if before_after else [])
 
 
 def _one_protocol(task: str, runs: list[dict]) -> dict[str, str]:
@@ -251,6 +255,8 @@ def render_markdown(board: Leaderboard, export_path: str, out_dir: str) -> str:
         lines += _render_main_table(board)
     if board.tool_use is not None:
         lines += render_tool_use(board.tool_use)
+    for suite in board.tool_suites:
+        lines += render_tool_suite(suite)
     if board.before_after is not None:
         lines += render_before_after(board.before_after, pretrained_plots(board.before_after))
     return "\n".join(lines) + "\n"
@@ -334,6 +340,8 @@ def render_json(board: Leaderboard, export_path: str) -> str:
         data["before_after"] = before_after_records(board.before_after)
     if board.tool_use is not None:
         data["tool_use"] = tool_use_records(board.tool_use)
+    if board.tool_suites:
+        data["tool_suites"] = [tool_suite_records(suite) for suite in board.tool_suites]
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 

@@ -74,6 +74,7 @@ STAGE_TIME_PREFIX = "timing_s/"
 STEP_TIME_KEY = STAGE_TIME_PREFIX + "step"
 # |rollout engine's log-prob − trainer's| per token, one mean and one max per step (engines that return log-probs).
 LOGPROB_DIFF_PREFIX = "rollout/logprob_diff/"
+TURN_GAP_KEYS = ("first_turn_mean", "later_turns_mean")  # under LOGPROB_DIFF_PREFIX (core/trainer/metrics.py)
 # Tags a benchmark driver sets on a training run (bench/leaderboard/driver.py):
 STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps, e.g. "time: after step 17 of 25"
 GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when runs share GPUs
@@ -240,7 +241,12 @@ def _logprob_diff(history, metrics: dict) -> dict | None:
     if not all(key in metrics for key in keys):
         return None
     means, maxes = ([value for _, value in history(key)] for key in keys)
-    return {"mean": round(sum(means) / len(means), 4), "max": round(max(maxes), 4)}
+    gap = {"mean": round(sum(means) / len(means), 4), "max": round(max(maxes), 4)}
+    for name in TURN_GAP_KEYS:  # multi-turn runs: the first turn's sampled tokens, and the turns after a tool reply
+        if LOGPROB_DIFF_PREFIX + name in metrics:
+            values = [value for _, value in history(LOGPROB_DIFF_PREFIX + name)]
+            gap[name] = round(sum(values) / len(values), 4)
+    return gap
 
 
 def steady_seconds(step_times: list[float]) -> float | None:

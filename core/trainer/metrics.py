@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from core.batch import Batch
-from core.rollout.multi_turn.loop import STOP_REASONS
+from core.rollout.multi_turn.episode_metrics import multi_turn_metrics
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
@@ -32,31 +32,6 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     if "acc" in batch.non_tensors:
         metrics["critic/acc/mean"] = float(batch["acc"].astype(float).mean())
     return metrics | multi_turn_metrics(batch.non_tensors)
-
-
-def multi_turn_metrics(episodes: dict) -> dict[str, float]:
-    """A multi-turn rollout's episodes (their `multi_turn_*` and `tool_*` columns): turns, tool calls, errors and
-    timeouts per episode, the share of episodes that called a tool, the share that ended for each reason, and the
-    wall time the tools took."""
-    if "multi_turn_turns" not in episodes:
-        return {}
-    turns = np.asarray(episodes["multi_turn_turns"], dtype=float)
-    calls = np.asarray(episodes["tool_calls"], dtype=float)
-    metrics = {
-        "multi_turn/num_turns/mean": float(turns.mean()),
-        "multi_turn/num_turns/max": float(turns.max()),
-        "tool/calls": float(calls.mean()),
-        "tool/call_rate": float((calls > 0).mean()),
-        "tool/errors": float(np.asarray(episodes["tool_errors"], dtype=float).mean()),
-        "tool/timeouts": float(np.asarray(episodes["tool_timeouts"], dtype=float).mean()),
-    }
-    if "tool_wall_s" in episodes:  # the batch's tool phases, in wall-clock seconds (part of timing_s/gen)
-        metrics["timing_s/tool"] = float(np.asarray(episodes["tool_wall_s"], dtype=float).sum())
-    reasons = list(episodes["multi_turn_stop_reason"])
-    metrics |= {f"multi_turn/stop_reason/{reason}": reasons.count(reason) / len(reasons) for reason in STOP_REASONS}
-    if "template_mismatch" in episodes:
-        metrics["multi_turn/template_mismatch"] = float(np.asarray(episodes["template_mismatch"], dtype=float).mean())
-    return metrics
 
 
 def throughput_metrics(batch: Batch, step_seconds: float) -> dict[str, float]:

@@ -17,10 +17,7 @@ from core.data.dataset import collate_prompts
 from core.engine.distributed import World, all_gather_object
 from core.eval.summary import PromptResult, summarize
 from core.rollout.base import SamplingParams
-from core.trainer.metrics import multi_turn_metrics
-
-EPISODE_COLUMNS = {"multi_turn_turns", "multi_turn_stop_reason", "tool_calls", "tool_errors", "tool_timeouts",
-                   "template_mismatch"}
+from core.rollout.multi_turn.episode_metrics import EPISODE_COLUMNS, multi_turn_metrics
 
 
 def validate(generate, reward_manager, dataset, params: SamplingParams, world: World,
@@ -35,7 +32,7 @@ def validate(generate, reward_manager, dataset, params: SamplingParams, world: W
         rollout = generate(prompts, params)
         _, info = reward_manager(rollout)
         results += group_by_prompt(list(rollout["data_source"]), info["acc"], info["score"], params.n)
-        for key in EPISODE_COLUMNS & rollout.non_tensors.keys():
+        for key in set(EPISODE_COLUMNS) & rollout.non_tensors.keys():
             episodes.setdefault(key, []).extend(rollout.non_tensors[key])
     gathered = all_gather_object((results, episodes))
     all_results = [result for rank_results, _ in gathered for result in rank_results]
