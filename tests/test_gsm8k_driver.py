@@ -483,3 +483,9 @@ def test_bad_driver_input_is_one_line_before_anything_starts(tmp_path, random_mo
     err = capsys.readouterr().err
     assert "--train-reward: invalid choice: 'loose'" in err and "math_verify" in err
     assert not out.exists()
+
+
+def test_merge_help_shows_the_merge_usage(capsys):
+    with pytest.raises(SystemExit):
+        driver.parse_args(["--merge", "--help"])
+    assert capsys.readouterr().out.startswith("usage: recipezoo leaderboard merge DIR [DIR ...]")

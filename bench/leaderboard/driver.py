@@ -132,9 +132,17 @@ class Job:
     eval_model: str | None = None   # its evaluations' eval_model tag, when not the model's own (the tool's label)
 
 
+MERGE_USAGE = ("recipezoo leaderboard merge DIR [DIR ...] [--suite SUITE] [--table DIR] [--results DIR] "
+               "[--timing-only DIR ...] [--before-from RUNS_JSON]")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     formatter = type("Formatter", (argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter), {})
-    parser = argparse.ArgumentParser(prog="recipezoo leaderboard run", description=__doc__, formatter_class=formatter)
+    argv = sys.argv[1:] if argv is None else argv
+    merging = bool(argv) and argv[0] == "--merge"  # how `recipezoo leaderboard merge` calls this parser
+    parser = argparse.ArgumentParser(prog=f"recipezoo leaderboard {'merge' if merging else 'run'}",
+                                     usage=MERGE_USAGE if merging else None, description=__doc__,
+                                     formatter_class=formatter)
     parser.add_argument("--suite", default="gsm8k", choices=sorted(SUITES), help="the tasks trained and evaluated "
                         "on (bench/leaderboard/suites.py)")
     parser.add_argument("--recipes", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -184,6 +192,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "README.md and leaderboard.*), e.g. one suite from another model; default: the suite's")
     parser.add_argument("--before-from", metavar="RUNS_JSON", help="with --merge: take the pretrained model's "
                         "evaluation from this export (a table of another budget from the same model file)")
+    if merging and {"-h", "--help"} & set(argv):  # before --merge, which would take --help for a missing DIR
+        parser.print_help()
+        raise SystemExit(0)
     args, overrides = parser.parse_known_args(argv)
     args.overrides = [o for o in overrides if o != "--"]
     args.max_response = args.max_response or SUITES[args.suite].max_response
