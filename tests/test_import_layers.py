@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 # it, imports only from the floors below its own, never from one beside it or above, so no two folders can reach
 # each other. A name listed but absent is a floor still to be filled: leaderboard/, when its files leave tracking/.
 FLOORS = (
-    ("algos", "batch", "config", "file_lock"),
+    ("algos", "batch", "config", "file_lock", "module_import"),
     ("reward",),
     ("data", "tracking"),
     ("models",),

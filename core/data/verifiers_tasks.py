@@ -10,13 +10,10 @@ refused: a multi-turn episode starts from the row's prompt.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 from core.data.dataset import DataError
+from core.module_import import import_module_or_file
 
 VERIFIERS_DATA_PREFIX = "verifiers://"
 TASK_KEY = "verifiers_task"  # extra_info key holding the task's data (JSON)
@@ -40,16 +37,9 @@ def load_taskset_class(spec: str, key: str, prefix: str = VERIFIERS_DATA_PREFIX)
     if not module_name or not name:
         raise DataError(f"{key}: expected package.module:TasksetClass or path/to/file.py:TasksetClass")
     try:
-        if module_name.endswith(".py"):
-            path = Path(module_name)
-            if not path.is_file():
-                raise DataError(f"{key}: no file {path.resolve()}")
-            module_spec = importlib.util.spec_from_file_location(f"recipezoo_verifiers_{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[module_spec.name] = module
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
+        module = import_module_or_file(module_name, "recipezoo_verifiers_")
+    except FileNotFoundError as error:
+        raise DataError(f"{key}: {error}") from None
     except ImportError as error:
         raise DataError(f"{key}: cannot import {module_name} ({error})") from None
     taskset_class = getattr(module, name, None)

@@ -16,17 +16,14 @@ not hold up the next calls, nor the trainer's exit). Code the model wrote belong
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import sys
 import threading
 from concurrent.futures import Future
-from pathlib import Path
 
 from transformers.utils import get_json_schema
 
 from core.config import ConfigError
+from core.module_import import import_module_or_file
 from core.rollout.multi_turn.verifiers_env import VERIFIERS_ENV_PREFIX, VerifiersEpisode, VerifiersTaskset
 
 ENV_HOOKS = ("reset", "reward", "close", "is_done")  # methods of an environment that are not tools
@@ -42,16 +39,9 @@ def load_object(spec: str, key: str):
     if not module_name or not attribute:
         raise ConfigError(f"{key}={spec!r}: expected path/to/file.py:name or package.module:name")
     try:
-        if module_name.endswith(".py"):
-            path = Path(module_name)
-            if not path.is_file():
-                raise ConfigError(f"{key}={spec!r}: no file {path.resolve()}")
-            module_spec = importlib.util.spec_from_file_location(f"recipezoo_tools_{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[module_spec.name] = module
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
+        module = import_module_or_file(module_name, "recipezoo_tools_")
+    except FileNotFoundError as error:
+        raise ConfigError(f"{key}={spec!r}: {error}") from None
     except ImportError as error:
         raise ConfigError(f"{key}={spec!r}: cannot import {module_name} ({error})") from error
     if not hasattr(module, attribute):
