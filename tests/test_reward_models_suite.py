@@ -117,3 +117,16 @@ def test_generate_refuses_an_engine_share_out_of_range(tmp_path, capsys):
     assert cli_main(["generate", "--model", "embedded://tiny-arith", "--data", "x.parquet",
                      "--gpu-memory-utilization", "1.5", "--out", str(tmp_path / "r.parquet")]) == 1
     assert "--gpu-memory-utilization=1.5: must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_a_job_that_failed_before_runs_again_and_does_not_block_the_next(tmp_path):
+    """No process is started: the scheduler's bookkeeping alone, on a state planted as an earlier invocation left it."""
+    state = suite.State(tmp_path / "state.json", {"rm": {"status": "failed"}, "pairs": {"status": "done"}})
+    jobs = [suite.Job("pairs", ["true"]), suite.Job("rm", ["true"], ("pairs",)),
+            suite.Job("grpo-model", ["true"], ("rm",), training=True)]
+    scheduler = suite.Scheduler(jobs, state, tmp_path, concurrency=1, start_gap_s=0, deadline=float("inf"))
+    scheduler.skip_blocked()
+    assert [job.name for job in scheduler.pending] == ["rm", "grpo-model"]
+    state.record("rm", status="failed")  # failing again in this invocation: its dependent is skipped, and said why
+    scheduler.skip_blocked()
+    assert state.jobs["grpo-model"] == {"status": "skipped", "reason": "needs rm, which is failed"}

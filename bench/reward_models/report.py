@@ -96,10 +96,10 @@ def plot_run(run: Run, out: Path) -> str:
     fig, left = plt.subplots(figsize=(6.4, 3.6))
     right = left.twinx()
     if RM_SCORE in run.history:
-        left.plot(*zip(*run.history[RM_SCORE]), color="C0", label="reward-model score (train rollouts)")
+        left.plot(*zip(*run.history[RM_SCORE]), ".-", color="C0", label="reward-model score (train rollouts)")
     left.set_xlabel("step")
     left.set_ylabel("reward-model score", color="C0")
-    right.plot(*zip(*run.history[ACC]), color="C1", label="GSM8K accuracy (train rollouts)")
+    right.plot(*zip(*run.history[ACC]), "x-", color="C1", label="GSM8K accuracy (train rollouts)")
     if VAL_ACC in run.history:
         right.plot(*zip(*run.history[VAL_ACC]), "o--", color="C2", label="GSM8K accuracy (validation)")
     right.set_ylabel("accuracy (rule)", color="C1")

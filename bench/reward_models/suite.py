@@ -17,9 +17,10 @@ The jobs, in dependency order (each a `recipezoo` command in a process of its ow
               verifiable GSM8K accuracy, and `reward/model/mean` is the reward model's score
 Up to --concurrency jobs run at once on the GPU, each engine with 1/K of --engine-memory (and --engine-kv-gib of
 KV cache, so that side-by-side engines need not measure the free memory), launched --start-gap-s apart. A job that
-finished is skipped when the command runs again (OUT/state.json), so a run cut short resumes; one that failed runs
-again. At --time-budget-s every training job gets SIGTERM (it stops after its step in flight, its MLflow run kept,
-status stopped_by_budget) and jobs not yet started are listed as such.
+finished is skipped when the command runs again (OUT/state.json), so a run cut short resumes; one that failed or
+was stopped runs again from its start. STOP_GRACE_S before --time-budget-s each running job gets SIGTERM (a
+trainer stops after its step in flight, its MLflow run kept; status stopped_by_budget), and jobs not yet started
+are listed as such.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 EXPERIMENT = "reward-models"
 JOB_TAG = "reward_suite_job"  # the MLflow tag naming a training run's job; the report groups by it
 RECIPES = ("grpo", "ppo")
-STOP_GRACE_S = 180  # after SIGTERM: the step in flight and the save, then SIGKILL
+STOP_GRACE_S = 120  # after SIGTERM: the step in flight, then SIGKILL; both inside --time-budget-s
 
 
 def allow_file_store() -> None:
@@ -93,7 +94,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--val-fraction", type=float, default=0.1, help="prompts held out to measure the reward model")
     parser.add_argument("--runs", nargs="+", default=[f"{r}-{w}" for w in ("rule", "model") for r in RECIPES],
                         help="training jobs: <grpo|ppo>-<rule|model>")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--batch-prompts", type=int, default=32, help="prompts per RL step")
     parser.add_argument("--n", type=int, default=8, help="responses per prompt per RL step")
     parser.add_argument("--mini-batch", type=int, default=16, help="prompts per optimizer step")
@@ -104,9 +105,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rollout", default="vllm", help="rollout.name (hf on a CPU)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda, for generate and rm")
     parser.add_argument("--concurrency", type=int, default=4, help="jobs at once on the GPU")
-    parser.add_argument("--engine-memory", type=float, default=0.6, help="the engines' share of the GPU, all jobs")
+    parser.add_argument("--engine-memory", type=float, default=0.5, help="the engines' share of the GPU, all jobs")
     parser.add_argument("--engine-kv-gib", type=float, default=6.0, help="each engine's KV cache; 0: measured")
-    parser.add_argument("--start-gap-s", type=float, default=20.0, help="seconds between two job launches")
+    parser.add_argument("--start-gap-s", type=float, default=45.0,
+                        help="seconds between two job launches (generate's engine measures the free memory)")
     parser.add_argument("--time-budget-s", type=float, default=1200.0, help="the whole command's wall time")
     args, overrides = parser.parse_known_args(argv)
     args.overrides = [item for item in overrides if item != "--"]
@@ -134,11 +136,16 @@ def plan(args: argparse.Namespace, out: Path) -> list[Job]:
     jobs, data_needs = [], ()
     train, val = args.train_data, args.val_data
     if not train:
-        local = ["--local", Path(args.gsm8k_local) / "train.jsonl"] if args.gsm8k_local else []
-        local_test = ["--local", Path(args.gsm8k_local) / "test.jsonl"] if args.gsm8k_local else []
-        jobs += [Job("data", cli("data", "gsm8k", "--split", "train", *local, "--out", work / "gsm8k")),
-                 Job("data-test", cli("data", "gsm8k", "--split", "test", *local_test, "--out", work / "gsm8k"))]
-        train, val, data_needs = work / "gsm8k" / "train.parquet", work / "gsm8k" / "test.parquet", ("data", "data-test")
+        gsm8k = work / "gsm8k"
+        if args.gsm8k_local:  # one local file per split
+            local = Path(args.gsm8k_local)
+            jobs += [Job("data", cli("data", "gsm8k", "--local", local / "train.jsonl", "--split", "train",
+                                     "--out", gsm8k)),
+                     Job("data-test", cli("data", "gsm8k", "--local", local / "test.jsonl", "--split", "test",
+                                          "--out", gsm8k), ("data",))]
+        else:  # both splits from the Hub in one download
+            jobs.append(Job("data", cli("data", "gsm8k", "--out", gsm8k)))
+        train, val, data_needs = gsm8k / "train.parquet", gsm8k / "test.parquet", tuple(job.name for job in jobs)
     share = round(args.engine_memory / args.concurrency, 3)
     rollouts, pairs, rm = work / "rollouts.parquet", work / "pairs.parquet", work / "rm"
     jobs += [
@@ -163,7 +170,7 @@ def plan(args: argparse.Namespace, out: Path) -> list[Job]:
         needs = (*data_needs, *(("rm",) if reward == "model" else ()))
         argv = cli("train", "--recipe", recipe, *train_overrides(args, train, val, uri, share),
                    f"+tracking.tags.{JOB_TAG}={run}", f"trainer.output_dir={work / 'runs' / run}",
-                   *(["critic.value_head_init=zeros", f"critic.lr={args.critic_lr}"] if recipe == "ppo" else []),
+                   *(ppo_critic(args) if recipe == "ppo" else []),
                    *rm_reward, *args.overrides)
         jobs.append(Job(run, argv, needs, training=True, run_dir=work / "runs" / run))
     return jobs
@@ -182,9 +189,14 @@ def train_overrides(args: argparse.Namespace, train, val, uri: str, share: float
         "reward.format_score=0", f"rollout.name={args.rollout}", f"rollout.gpu_memory_utilization={share}",
         *([f"+rollout.engine_kwargs.kv_cache_memory_bytes={int(args.engine_kv_gib * 2**30)}"]
           if args.engine_kv_gib and args.rollout == "vllm" else []),
-        "actor.micro_batch_tokens=16384", "actor.gradient_checkpointing=true", f"trainer.num_threads={threads}",
+        "actor.micro_batch_tokens=8192", "actor.gradient_checkpointing=true", f"trainer.num_threads={threads}",
         f"tracking.uri={uri}", f"tracking.experiment={EXPERIMENT}",
     ]
+
+
+def ppo_critic(args: argparse.Namespace) -> list[str]:
+    """A zero value head (V ≡ 0 at first, no random advantages), at a critic's lr for a 0.5B model."""
+    return ["critic.value_head_init=zeros", f"critic.lr={args.critic_lr}", "critic.micro_batch_size=16"]
 
 
 def partial(path: Path) -> Path:
@@ -208,6 +220,8 @@ class Scheduler:
         for job in jobs:
             if state.status(job.name) == "done":
                 print(f"skipping {job.name}: done in an earlier invocation", flush=True)
+            else:  # an earlier invocation's failed or stopped attempt: this one runs it again
+                state.record(job.name, status="pending")
 
     def run(self) -> None:
         while self.pending or self.running:
@@ -288,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     open_store((out / "mlruns").resolve().as_uri())
     state = State.load(out / "state.json")
     Scheduler(plan(args, out), state, out / "logs", args.concurrency, args.start_gap_s,
-              started + args.time_budget_s).run()
-    summary = {status: sorted(n for n, job in state.jobs.items() if job["status"] == status)
+              started + args.time_budget_s - STOP_GRACE_S).run()
+    summary = {status: sorted(name for name, job in state.jobs.items() if job["status"] == status)
                for status in ("done", "stopped_by_budget", "failed", "skipped", "not_started")}
     print("; ".join(f"{status}: {', '.join(names)}" for status, names in summary.items() if names), flush=True)
     print(f"report: python -m bench.reward_models.report --store {out / 'mlruns'} --out results/reward_models",
