@@ -16,7 +16,7 @@ def suite_args(tmp_path, out) -> list[str]:
     [train] = resolve_data_files("embedded://arithmetic", "train", tmp_path / "data")
     [val] = resolve_data_files("embedded://arithmetic", "val", tmp_path / "data")
     return ["--out", str(out), "--model", "embedded://tiny-arith", "--train-data", train, "--val-data", val,
-            "--prompts", "100", "--samples", "4", "--temperature", "1.0", "--max-response", "24", "--rm-epochs", "1",
+            "--prompts", "64", "--samples", "4", "--temperature", "1.0", "--max-response", "24", "--rm-epochs", "1",
             "--rm-lr", "1e-3", "--rm-batch-size", "8", "--val-fraction", "0.25", "--runs", "grpo-model", "--steps", "2",
             "--batch-prompts", "4", "--n", "2", "--mini-batch", "4", "--test-freq", "0", "--rollout", "hf",
             "--device", "cpu", "--concurrency", "1", "--start-gap-s", "0", "--", "actor.lr=1e-4"]
@@ -130,3 +130,16 @@ def test_a_job_that_failed_before_runs_again_and_does_not_block_the_next(tmp_pat
     state.record("rm", status="failed")  # failing again in this invocation: its dependent is skipped, and said why
     scheduler.skip_blocked()
     assert state.jobs["grpo-model"] == {"status": "skipped", "reason": "needs rm, which is failed"}
+
+
+def test_the_time_budget_stops_a_training_job_and_lists_what_never_started(tmp_path):
+    """Real processes (`sleep`, standing in for a trainer: a budget test needs no model) under a deadline in the past
+    once the first has started."""
+    state = suite.State(tmp_path / "state.json")
+    jobs = [suite.Job("grpo-rule", ["sleep", "60"], training=True), suite.Job("rm", ["sleep", "60"])]
+    scheduler = suite.Scheduler(jobs, state, tmp_path, concurrency=1, start_gap_s=0, deadline=float("inf"))
+    scheduler.start(jobs[0])
+    scheduler.deadline = 0.0
+    scheduler.run()
+    assert state.jobs["grpo-rule"]["status"] == "stopped_by_budget" and state.jobs["grpo-rule"]["rc"] == -15
+    assert state.jobs["rm"] == {"status": "not_started", "reason": "the time budget ran out first"}
