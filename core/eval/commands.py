@@ -57,6 +57,8 @@ def _add_generation_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rollout", default="hf", help="rollout backend (rollout.name)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+                        help="vllm/sglang: the engine's share of the GPU, e.g. beside another job on it")
 
 
 def _spec(args: argparse.Namespace) -> GenerationSpec:
@@ -65,11 +67,14 @@ def _spec(args: argparse.Namespace) -> GenerationSpec:
         raise ValueError(f"{' and '.join(missing)} required to generate")
     if args.n < 1 or args.max_tokens < 1:
         raise ValueError(f"--n={args.n} and --max-tokens={args.max_tokens} must be at least 1")
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise ValueError(f"--gpu-memory-utilization={args.gpu_memory_utilization:g}: must be in (0, 1]")
     return GenerationSpec(model=args.model, data=tuple(args.data), gguf_file=args.gguf_file, n=args.n,
                           temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                           max_tokens=args.max_tokens, max_prompt_length=args.max_prompt_length,
                           batch_size=args.batch_size, max_samples=args.max_samples, seed=args.seed,
-                          rollout=args.rollout, device=args.device)
+                          rollout=args.rollout, device=args.device,
+                          gpu_memory_utilization=args.gpu_memory_utilization)
 
 
 def _generate_command(args: argparse.Namespace) -> int:

@@ -40,6 +40,7 @@ class GenerationSpec:
     seed: int = 0
     rollout: str = "hf"
     device: str = "auto"
+    gpu_memory_utilization: float = 0.5  # vllm/sglang: the engine's share of the GPU (rollout.gpu_memory_utilization)
 
 
 def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, tokenizer=None,
@@ -65,7 +66,8 @@ def generate_responses(spec: GenerationSpec, out: str | Path, rollout=None, toke
                             template_kwargs=template_kwargs)
     items = dataset.items[: spec.max_samples] if spec.max_samples else dataset.items
     source_rows = [row for path in spec.data for row in read_rows(path)]
-    settings = {key: value for key, value in asdict(spec).items() if key not in ("data", "batch_size", "device")}
+    settings = {key: value for key, value in asdict(spec).items() if key not in ("data", "batch_size", "device",
+                                                                               "gpu_memory_utilization")}
     settings["model"] = str(spec.model)
     rows, started = [], time.perf_counter()
     for first in range(0, len(items), spec.batch_size):
@@ -91,7 +93,7 @@ def _rollout_config(spec: GenerationSpec):
     from omegaconf import OmegaConf
 
     base = OmegaConf.load(Path(__file__).resolve().parents[1] / "config" / "base.yaml")
-    base.rollout.name = spec.rollout
+    base.rollout.name, base.rollout.gpu_memory_utilization = spec.rollout, spec.gpu_memory_utilization
     base.data.max_prompt_length, base.data.max_response_length = spec.max_prompt_length, spec.max_tokens
     base.trainer.seed = spec.seed
     return base
