@@ -73,14 +73,14 @@ def trl_dataset(rows):
 def sft_settings(args, rows) -> dict:
     """The work both frameworks do: each step's examples and tokens, the micro-batch size, and TRL's accumulation
     steps: TRL packs the whole dataset at once, so a step takes its share of the packed rows (their count from
-    TRL's own packing over the number of steps, rounded up), about the tokens of one of our steps."""
+    TRL's own packing over the number of steps, to the nearest whole row), about the tokens of one of our steps."""
     longest = max(len(p) + len(c) for p, c in rows)
     if longest > args.micro_batch_tokens:
         raise SystemExit(f"--micro-batch-tokens {args.micro_batch_tokens}: below the longest example ({longest} "
                          "tokens); TRL's packing would cut it")
     per_step = [rows[i:i + args.rows_per_step] for i in range(0, len(rows), args.rows_per_step)]
     packed, total = packed_rows(rows, args.micro_batch_tokens), sum(len(p) + len(c) for p, c in rows)
-    accumulation = -(-packed // len(per_step))
+    accumulation = max(1, round(packed / len(per_step)))
     return {"rows_per_step": args.rows_per_step, "steps": args.steps, "warmup": args.warmup,
             "tokens_per_step": [sum(len(p) + len(c) for p, c in step) for step in per_step],
             "trained_tokens_per_step": [sum(len(c) for _, c in step) for step in per_step],
