@@ -93,6 +93,20 @@ def test_sft_then_grpo_from_both_starting_points_on_cpu(tmp_path, random_model_d
     board = (out / "leaderboard.md").read_text()
     assert f"pretrained model `{random_model_dir}`" in board and f"pretrained model `{label}`" in board
     assert "| sft+grpo | 1 |" in board and "| grpo | 1 |" in board
+    # the pipeline table: each stage's figures are the sections' (the SFT model's before, each row's after)
+    assert f"### grpo: `{random_model_dir}` and `{label}` (SFT run {record['sft_run_id']})" in board
+    from core.leaderboard.board import build_leaderboard
+
+    section = build_leaderboard(export).before_after
+    column = next(c for c in section.columns if c.grader == "strict")
+    stages = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in board.splitlines()
+              if line.startswith(("| pretrained |", "| SFT |", "| SFT + grpo |", "| grpo |"))
+              and len(line.split(" | ")) == len(section.columns) + 1}
+    where = 1 + section.columns.index(column)
+    assert stages["SFT"][where].strip(" |") == f"{section.befores[label][column]:.3f}"
+    assert stages["pretrained"][where].strip(" |") == f"{section.befores[random_model_dir][column]:.3f}"
+    sft_row = next(row for row in section.rows if row.recipe == "sft+grpo")
+    assert stages["SFT + grpo"][where].strip(" |") == sft_row.after(column).text()
 
     again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

@@ -5,13 +5,16 @@ SFTConfig), TRL's real padding-free collator read back into example lengths, and
 from __future__ import annotations
 
 import json
+import os
 import statistics
+from pathlib import Path
 
 import pytest
 
 from bench.perf import sft_speed, sft_speed_report
 
 QWEN3_VOCAB = 151936
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_both_frameworks_get_the_same_rows_micro_batch_and_about_the_same_tokens_per_step(tmp_path):
@@ -56,6 +59,32 @@ def test_bad_settings_are_one_line_before_anything_runs(tmp_path, capsys):
     args = sft_speed.parse_args(["--model-dir", "m", "--name", "x", "--out", "o", "--micro-batch-tokens", "100"])
     with pytest.raises(SystemExit, match=r"--micro-batch-tokens 100: below the longest example \(\d+ tokens\)"):
         sft_speed.sft_settings(args, sft_speed.synthetic_rows(4, 1000, args.prompt_len, args.completion_len))
+
+
+def test_one_invocation_runs_both_frameworks_on_cpu_and_the_table_reads_their_json(tmp_path, random_model_dir):
+    """The whole bench on the tiny random Qwen3 on CPU (fp32: TRL refuses bf16 without a GPU; no MFU without a
+    GPU's peak): ours and TRL's SFTTrainer really train, each step's json is theirs, and the table has both rows.
+    The speeds of a CPU say nothing; the GPU's are measured by bench/perf/sft_speed.sh."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "sft"
+    command = [sys.executable, "-m", "bench.perf.sft_speed", "--model-dir", random_model_dir, "--name", "tiny",
+               "--out", str(out), "--rows-per-step", "6", "--steps", "2", "--warmup", "1",
+               "--micro-batch-tokens", "64", "--prompt-len", "4:10", "--completion-len", "4:12"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ours, trl = (json.loads((out / f"tiny-{name}.json").read_text()) for name in ("ours", "trl"))
+    assert len(ours["step_s"]) == len(trl["step_s"]) == 3 and ours["settings"] == trl["settings"]
+    assert ours["tokens"] == ours["settings"]["tokens_per_step"] and ours["tokens_per_s"] > 0
+    # TRL's steps consumed every packed row of the data once (bfd keeps each example whole)
+    assert sum(trl["tokens"]) == sum(ours["tokens"]) and trl["tokens_per_s"] > 0
+    assert trl["trl_settings"]["gradient_accumulation_steps"] == trl["settings"]["trl_gradient_accumulation_steps"]
+    assert ours["mfu"] is None and all(f > 0 for f in ours["flops"] + trl["flops"])
+    table = tmp_path / "sft_speed.md"
+    assert sft_speed_report.main(["--from", str(out), "--out", str(table)]) == 0
+    assert "| tiny | ours |" in table.read_text() and "| tiny | trl |" in table.read_text()
 
 
 def planted(framework: str, model: str, tokens_per_s: float | None, mfu: float | None) -> dict:

@@ -23,9 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from core.leaderboard.sft_pipeline import SFT_ROW_PREFIX
+
 SFT_RECORD = "recipezoo_sft.json"
 SFT_EXPERIMENT = "sft"
-SFT_ROW_PREFIX = "sft+"
 
 
 def add_sft_model_arg(parser) -> None:

@@ -47,12 +47,13 @@ def synthetic_rows(count: int, vocab: int, prompt_len: tuple[int, int], completi
     import torch
 
     gen = torch.Generator().manual_seed(seed)
+    low, high = min(100, vocab // 4), vocab - min(100, vocab // 4)  # clear of the special tokens at either end
     rows = []
     for _ in range(count):
         p = int(torch.randint(prompt_len[0], prompt_len[1] + 1, (), generator=gen))
         c = int(torch.randint(completion_len[0], completion_len[1] + 1, (), generator=gen))
-        rows.append((torch.randint(100, vocab - 100, (p,), generator=gen).tolist(),
-                     torch.randint(100, vocab - 100, (c,), generator=gen).tolist()))
+        rows.append((torch.randint(low, high, (p,), generator=gen).tolist(),
+                     torch.randint(low, high, (c,), generator=gen).tolist()))
     return rows
 
 
@@ -111,6 +112,33 @@ def step_flops(shape, lengths: list[int], trained: int) -> float:
     return training_flops(shape, torch.tensor(lengths), trained)
 
 
+def on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def synchronize() -> None:
+    """Wait for the GPU's queued work, so that a step's time is its own (nothing to wait for on a CPU)."""
+    import torch
+
+    if on_gpu():
+        torch.cuda.synchronize()
+
+
+def reset_peak_memory() -> None:
+    import torch
+
+    if on_gpu():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_gib() -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if on_gpu() else None
+
+
 def write_result(path: Path, result: dict) -> None:
     """Rewritten after every step: a run stopped by a time limit keeps what it measured."""
     step_s = result["step_s"][result["settings"]["warmup"]:]
@@ -129,9 +157,10 @@ def base_result(framework: str, args, settings: dict) -> dict:
 
     from core.trainer.metrics import peak_flops
 
-    device = torch.device("cuda")
+    device = torch.device("cuda" if on_gpu() else "cpu")
     return {"framework": framework, "model": args.name, "model_dir": args.model_dir, "random_init": True,
-            "device": torch.cuda.get_device_name(device), "peak_flops": peak_flops(device), "settings": settings,
+            "device": torch.cuda.get_device_name(device) if on_gpu() else "CPU", "peak_flops": peak_flops(device),
+            "settings": settings,
             "torch": torch.__version__, "transformers": transformers.__version__, "command": " ".join(sys.argv),
             "step_s": [], "tokens": [], "flops": [], "tokens_per_s": None, "mfu": None, "peak_memory_gib": None}
 
@@ -146,26 +175,27 @@ def run_ours(args, rows, settings: dict, path: Path) -> None:
     from core.engine.fsdp import FSDPEngine, OptimConfig
     from core.trainer.metrics import FlopsShape
 
-    world = init_distributed("cuda")
-    with torch.device("cuda"):
+    world = init_distributed("auto")
+    with torch.device(world.device):
         model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
-    engine = FSDPEngine(model, world, optim=OptimConfig(lr=LR, weight_decay=0.0), mixed_precision="bf16",
+    engine = FSDPEngine(model, world, optim=OptimConfig(lr=LR, weight_decay=0.0),
+                        mixed_precision="bf16" if on_gpu() else "auto",  # a CPU trains in fp32
                         remove_padding=True, micro_batch_tokens=args.micro_batch_tokens, compile_layers=args.compile,
                         gradient_checkpointing=args.gradient_checkpointing)
     shape, loss = FlopsShape.of(engine.model), make_sft_loss("token-mean", args.completion_len[1])
     result = base_result("ours", args, settings)
-    torch.cuda.reset_peak_memory_stats()
+    reset_peak_memory()
     for start in range(0, len(rows), args.rows_per_step):
         step = rows[start:start + args.rows_per_step]
-        torch.cuda.synchronize()
+        synchronize()
         began = time.perf_counter()
         batch = collate_sft([SFTItem(p, c, [1] * len(c)) for p, c in step], pad_token_id=0)
         engine.update(batch, loss, mini_batch_size=len(batch))
-        torch.cuda.synchronize()
+        synchronize()
         result["step_s"].append(time.perf_counter() - began)
         result["tokens"].append(sum(len(p) + len(c) for p, c in step))
         result["flops"].append(step_flops(shape, [len(p) + len(c) for p, c in step], sum(len(c) for _, c in step)))
-        result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        result["peak_memory_gib"] = peak_memory_gib()
         write_result(path, result)
 
 
@@ -190,28 +220,30 @@ def run_trl(args, rows, settings: dict, path: Path) -> None:
     if attention == "auto":
         attention = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32,
-                                                 attn_implementation=attention).to("cuda")
+                                                 attn_implementation=attention).to("cuda" if on_gpu() else "cpu")
     shape = FlopsShape.of(model)
     result = base_result("trl", args, settings)
     config = trl_config_kwargs(settings, str(path.parent / f"trl-{args.name}"), liger)
+    if not on_gpu():  # TrainingArguments refuses bf16 without a GPU: a CPU run (the plumbing's test) is fp32
+        config.update(bf16=False, use_cpu=True)
     result.update(trl_settings=config, trl_attention=attention, liger_kernel=liger)
     micro = []  # (tokens, example lengths, trained tokens) per micro-batch, in the order the steps take them
 
     class StepTimer(TrainerCallback):
         def on_train_begin(self, *_, **__):
-            torch.cuda.reset_peak_memory_stats()
-            torch.cuda.synchronize()
+            reset_peak_memory()
+            synchronize()
             self.last = time.perf_counter()
 
         def on_step_end(self, *_, **__):
-            torch.cuda.synchronize()
+            synchronize()
             now, done = time.perf_counter(), len(result["step_s"])
             result["step_s"].append(now - self.last)
             self.last = now
             share = micro[done * config["gradient_accumulation_steps"]:(done + 1) * config["gradient_accumulation_steps"]]
             result["tokens"].append(sum(m[0] for m in share))
             result["flops"].append(step_flops(shape, [n for m in share for n in m[1]], sum(m[2] for m in share)))
-            result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            result["peak_memory_gib"] = peak_memory_gib()
             write_result(path, result)
 
     trainer = SFTTrainer(model=model, args=SFTConfig(**config), train_dataset=trl_dataset(rows),
