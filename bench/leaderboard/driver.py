@@ -209,6 +209,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     check_placement_flags(args, parser)
     check_tool_format(args, SUITES[args.suite], parser)
     args.tool_format_chosen = None  # main decides once the data is there (tool_modes.chosen_format)
+    args.sft_record = None  # main reads --sft-model's record once the model's hash is known (sft_stage.py)
     return args
 
 

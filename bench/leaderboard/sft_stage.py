@@ -148,10 +148,14 @@ def parse_sft_args(argv: list[str]):
                                      formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
     parser.add_argument("--sft-steps", type=int, default=116, help="SFT optimizer steps (116: one epoch of GSM8K's "
                         "7473 train solutions at 64 a step)")
-    parser.add_argument("--sft-lr", type=float, default=1e-5, help="SFT's actor.lr (verl's GSM8K SFT example's)")
+    parser.add_argument("--sft-lr", type=float, default=1e-5, help="SFT's actor.lr (recipes/sft/run_qwen3_8b.sh's)")
     parser.add_argument("--sft-batch", type=int, default=64, help="SFT examples per optimizer step")
     parser.add_argument("--sft-override", dest="sft_overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override of the SFT run only (repeatable), e.g. trainer.device=cpu")
+    if {"-h", "--help"} & set(argv):
+        parser.print_help()
+        print("\nEvery other flag is `recipezoo leaderboard run`'s (`recipezoo leaderboard run --help`).")
+        raise SystemExit(0)
     sft_args, rest = parser.parse_known_args(argv)
     for name in ("sft_steps", "sft_batch"):
         if getattr(sft_args, name) < 1:
