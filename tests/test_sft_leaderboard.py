@@ -118,3 +118,34 @@ def test_sft_then_grpo_from_both_starting_points_on_cpu(tmp_path, random_model_d
     readme = (table / "README.md").read_text()
     assert f"MLflow run {record['sft_run_id']}" in readme and record["base_model_sha256"][:12] in readme
     assert "| sft+grpo | 1 |" in (table / "leaderboard.md").read_text()
+
+
+def test_the_pipeline_table_pairs_an_sft_row_with_the_rl_row_of_its_base_file():
+    """Hand-made figures, each stage a different one: the table puts each where it belongs, pairs `sft+grpo`
+    with the `grpo` row whose model file is the SFT's base (by hash, not by name), and leaves RL blank when no
+    row is from that file."""
+    from core.leaderboard.before_after import BeforeAfter, EvalRow, RecipeRow
+    from core.leaderboard.eval_columns import EvalColumn
+    from core.leaderboard.sft_pipeline import render_sft_pipeline
+
+    strict = EvalColumn("openai/gsm8k", "mean@1", "strict")
+
+    def row(recipe, model, tags, values):
+        return RecipeRow(recipe, model, [EvalRow(recipe, model, {"tags": tags}, after={strict: v}) for v in values])
+
+    sft_tags = {"sft_base_model_sha256": "b" * 64, "sft_run": "run1", "model_sha256": "s" * 64}
+    rows = [row("grpo", "base", {"model_sha256": "b" * 64}, [0.2, 0.4]),
+            row("grpo", "other", {"model_sha256": "o" * 64}, [0.9]),
+            row("sft+grpo", "base + SFT", sft_tags, [0.5, 0.7])]
+    section = BeforeAfter([strict], {}, {"base": {strict: 0.1}, "base + SFT": {strict: 0.3}, "other": {strict: 0.8}},
+                          rows)
+    text = "\n".join(render_sft_pipeline(section))
+    assert "### grpo: `base` and `base + SFT` (SFT run run1)" in text
+    assert "| pretrained | 0.100 |" in text and "| SFT | 0.300 |" in text
+    assert f"| SFT + grpo | {rows[2].after(strict).text()} |" in text and "0.600 ± 0.141" in text
+    assert f"| grpo | {rows[0].after(strict).text()} |" in text and "0.300 ± 0.141" in text
+    assert "0.900" not in text and "0.800" not in text  # the row from another file is no part of it
+    section.rows = [rows[1], rows[2]]  # no RL row from the SFT's base file yet
+    text = "\n".join(render_sft_pipeline(section))
+    assert "| pretrained | — |" in text and "| grpo | — |" in text and "| SFT | 0.300 |" in text
+    assert render_sft_pipeline(BeforeAfter([strict], {}, {"base": {strict: 0.1}}, rows[:2])) == []

@@ -11,7 +11,8 @@
    evaluates both starting points. The table has a section per starting point: the pretrained model's
    `before` is the pretrained column, the SFT section's `before` the SFT column.
 
-Rerunning the same command resumes it: the SFT stage is skipped once --out/sft-model holds its record, and the
+--time-limit-s is the driver's, counted from its start once the SFT model is there. Rerunning the same command
+resumes it: the SFT stage is skipped once --out/sft-model holds its record, and the
 driver skips the jobs its store holds. The SFT weights are a new model file, with a sha256 of their own: their runs
 are tagged with it, and the record says which base file (and hash) they were trained from.
 """
