@@ -75,16 +75,18 @@ def test_one_invocation_runs_both_frameworks_on_cpu_and_the_table_reads_their_js
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    ours, trl = (json.loads((out / f"tiny-{name}.json").read_text()) for name in ("ours", "trl"))
+    ours, trl, varlen = (json.loads((out / f"tiny-{name}.json").read_text()) for name in sft_speed.FRAMEWORKS)
     assert len(ours["step_s"]) == len(trl["step_s"]) == 3 and ours["settings"] == trl["settings"]
     assert ours["tokens"] == ours["settings"]["tokens_per_step"] and ours["tokens_per_s"] > 0
     # TRL's steps consumed every packed row of the data once (bfd keeps each example whole)
     assert sum(trl["tokens"]) == sum(ours["tokens"]) and trl["tokens_per_s"] > 0
     assert trl["trl_settings"]["gradient_accumulation_steps"] == trl["settings"]["trl_gradient_accumulation_steps"]
+    # TRL with our packed attention: the same steps and tokens, the kernel named
+    assert varlen["tokens"] == trl["tokens"] and varlen["trl_attention"] == "recipezoo_varlen" != trl["trl_attention"]
     assert ours["mfu"] is None and all(f > 0 for f in ours["flops"] + trl["flops"])
     table = tmp_path / "sft_speed.md"
     assert sft_speed_report.main(["--from", str(out), "--out", str(table)]) == 0
-    assert "| tiny | ours |" in table.read_text() and "| tiny | trl |" in table.read_text()
+    assert all(f"| tiny | {name} |" in table.read_text() for name in sft_speed.FRAMEWORKS)
 
 
 def planted(framework: str, model: str, tokens_per_s: float | None, mfu: float | None) -> dict:
@@ -99,6 +101,7 @@ def planted(framework: str, model: str, tokens_per_s: float | None, mfu: float |
 def test_the_table_says_ours_against_trl_and_each_target_met_or_not(tmp_path):
     results = {"qwen3-1.7b-ours.json": planted("ours", "qwen3-1.7b", 60000, 0.47),
                "qwen3-1.7b-trl.json": planted("trl", "qwen3-1.7b", 30000, 0.24),
+               "qwen3-1.7b-trl_varlen.json": planted("trl_varlen", "qwen3-1.7b", 40000, 0.32),
                "qwen3-0.6b-ours.json": planted("ours", "qwen3-0.6b", 90000, 0.30),
                "qwen3-0.6b-trl.json": planted("trl", "qwen3-0.6b", 80000, 0.27),
                "qwen3-4b-ours.json": planted("ours", "qwen3-4b", 20000, 0.5),
@@ -110,9 +113,33 @@ def test_the_table_says_ours_against_trl_and_each_target_met_or_not(tmp_path):
     text = out.read_text()
     assert "| qwen3-1.7b | ours | 60,000 | 47.0 | 30.0 | 2 of 2 | compile on |" in text
     assert "| qwen3-1.7b | trl | 30,000 | 24.0 |" in text and "liger off (not installed)" in text
-    assert "- qwen3-1.7b: ours 2.00x TRL's tokens/s (target ≥ 1.5x: met); MFU 47.0% (target ≥ 45% at ≥ 1.7B: met)." in text
+    assert ("- qwen3-1.7b: ours 2.00x TRL's tokens/s (target ≥ 1.5x: met), 1.50x TRL's with our attention kernel; "
+            "MFU 47.0% (target ≥ 45% at ≥ 1.7B: met).") in text
     assert "- qwen3-0.6b: ours 1.12x TRL's tokens/s (target ≥ 1.5x: not met)." in text  # no MFU target below 1.7B
     assert "- qwen3-4b: no comparison, no timed step of trl." in text
     assert "200 tokens a step (TRL: 190)" in text
     with pytest.raises(SystemExit, match="no sft_speed json"):
         sft_speed_report.main(["--from", str(tmp_path / "empty"), "--out", str(out)])
+
+
+def test_trl_with_our_attention_gets_each_packed_rows_sequence_bounds(tmp_path, random_model_dir, monkeypatch):
+    """trl_varlen: TRL's batches reach our packed attention with their sequences' bounds (on CPU its per-sequence
+    SDPA, which the kernel is checked against); without them it would attend across the packed examples."""
+    from core.engine import packing
+
+    bounds, reference = [], packing.per_sequence_attention
+
+    def recording(query, key, value, cu_seqlens, scaling=None):
+        bounds.append(cu_seqlens.tolist())
+        return reference(query, key, value, cu_seqlens, scaling)
+
+    monkeypatch.setattr(packing, "per_sequence_attention", recording)
+    args = sft_speed.parse_args(["--model-dir", random_model_dir, "--name", "tiny", "--out", str(tmp_path),
+                                 "--rows-per-step", "6", "--steps", "1", "--warmup", "0", "--micro-batch-tokens", "64",
+                                 "--prompt-len", "4:10", "--completion-len", "4:12"])
+    rows = sft_speed.rows_for(args)
+    sft_speed.run_trl(args, rows, sft_speed.sft_settings(args, rows), tmp_path / "varlen.json", "trl_varlen")
+    result = json.loads((tmp_path / "varlen.json").read_text())
+    assert bounds and all(b[0] == 0 and b == sorted(b) for b in bounds)
+    # each layer of a micro-batch sees its row's bounds: the examples the step's tokens came from
+    assert sum(b[-1] for b in bounds) == sum(result["tokens"]) * 2  # the tiny model's 2 layers

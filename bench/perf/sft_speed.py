@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-FRAMEWORKS = ("ours", "trl")
+FRAMEWORKS = ("ours", "trl", "trl_varlen")
 LR = 1e-6  # any small rate: speed only
 
 
@@ -206,7 +206,28 @@ def segment_lengths(position_ids) -> list[int]:
     return [b - a for a, b in zip(starts, starts[1:]) if b > a]
 
 
-def run_trl(args, rows, settings: dict, path: Path) -> None:
+def flash_kwargs(lengths: list[int]) -> dict:
+    """A packed row's sequence bounds, as transformers' flash-attention kwargs (what our packed attention reads)."""
+    import torch
+
+    bounds = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    longest = max(lengths)
+    return {"cu_seq_lens_q": bounds, "cu_seq_lens_k": bounds, "max_length_q": longest, "max_length_k": longest}
+
+
+def trl_attention(args, framework: str) -> str:
+    import importlib.util
+
+    if framework == "trl_varlen":
+        from core.engine.packing import register_varlen_attention
+
+        return register_varlen_attention()
+    if args.trl_attention == "auto":
+        return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+    return args.trl_attention
+
+
+def run_trl(args, rows, settings: dict, path: Path, framework: str = "trl") -> None:
     import importlib.util
 
     import torch
@@ -216,13 +237,11 @@ def run_trl(args, rows, settings: dict, path: Path) -> None:
     from core.trainer.metrics import FlopsShape
 
     liger = importlib.util.find_spec("liger_kernel") is not None
-    attention = args.trl_attention
-    if attention == "auto":
-        attention = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+    attention = trl_attention(args, framework)
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32,
                                                  attn_implementation=attention).to("cuda" if on_gpu() else "cpu")
     shape = FlopsShape.of(model)
-    result = base_result("trl", args, settings)
+    result = base_result(framework, args, settings)
     config = trl_config_kwargs(settings, str(path.parent / f"trl-{args.name}"), liger)
     if not on_gpu():  # TrainingArguments refuses bf16 without a GPU: a CPU run (the plumbing's test) is fp32
         config.update(bf16=False, use_cpu=True)
@@ -254,7 +273,7 @@ def run_trl(args, rows, settings: dict, path: Path) -> None:
         batch = collate(examples)
         lengths = segment_lengths(batch["position_ids"])
         micro.append((sum(lengths), lengths, int((batch["labels"] != -100).sum())))
-        return batch
+        return {**batch, **flash_kwargs(lengths)} if framework == "trl_varlen" else batch
 
     trainer.data_collator = counted
     trainer.train()
@@ -266,6 +285,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--name", required=True, help="its name in the json and table, e.g. qwen3-1.7b")
     parser.add_argument("--out", required=True)
     parser.add_argument("--framework", choices=FRAMEWORKS, help="one framework (the parent runs each so)")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="the frameworks the parent runs, in order")
     parser.add_argument("--rows-per-step", type=int, default=256, help="examples per optimizer step")
     parser.add_argument("--steps", type=int, default=8, help="timed steps")
     parser.add_argument("--warmup", type=int, default=3, help="steps run first, not timed")
@@ -279,6 +299,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--trl-attention", default="auto", help="TRL's attn_implementation (auto: flash_attention_2 "
                         "when flash_attn is installed, else sdpa, which transformers masks per packed example)")
     args = parser.parse_args(argv)
+    unknown = [name for name in args.frameworks.split(",") if name not in FRAMEWORKS]
+    if unknown:
+        parser.error(f"--frameworks {args.frameworks}: {', '.join(unknown)} not one of {', '.join(FRAMEWORKS)}")
     for name in ("rows_per_step", "steps", "micro_batch_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected at least 1")
@@ -301,10 +324,13 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if args.framework:
         path = out / f"{args.name}-{args.framework}.json"
-        (run_ours if args.framework == "ours" else run_trl)(args, rows, settings, path)
+        if args.framework == "ours":
+            run_ours(args, rows, settings, path)
+        else:
+            run_trl(args, rows, settings, path, args.framework)
         return 0
     failed = []
-    for framework in FRAMEWORKS:  # the same invocation, one process each
+    for framework in args.frameworks.split(","):  # the same invocation, one process each
         command = [sys.executable, "-m", "bench.perf.sft_speed", *(sys.argv[1:] if argv is None else argv),
                    "--framework", framework]
         print(f"[sft_speed] {framework}: {' '.join(command[2:])}", flush=True)
