@@ -60,12 +60,13 @@ def jobs_to_run(jobs: list, uri: str, experiment: str, model: str, redo_stopped:
         export = export_runs(uri, experiment)
     except LeaderboardError:
         return jobs
-    done = {(run["recipe"], run["seed"]) for run in export["runs"]
-            if run["model"] == model and run.get("tags", {}).get(AFTER_EVAL_TAG) == "done" and not stopped_too_short(run)
+    done = {(run["recipe"], run["seed"], run["model"]) for run in export["runs"]
+            if run.get("tags", {}).get(AFTER_EVAL_TAG) == "done" and not stopped_too_short(run)
             and not (redo_stopped and run.get("tags", {}).get(STOPPED_TAG))}
     evaluated = {entry["model"] for entry in export.get("evals", []) if entry["stage"] == "before"}
     for job in jobs:  # a tool suite evaluates the pretrained model twice, under two labels (tool_modes.py)
-        if (job.variant is None and (job.eval_model or model) in evaluated) or (job.row or job.variant, job.seed) in done:
+        trained = (job.row or job.variant, job.seed, job.model or model) in done  # an SFT job's model is its own
+        if (job.variant is None and (job.eval_model or model) in evaluated) or trained:
             job.status = "skipped"
             print(f"skipping {job.name}: already done in {uri}", flush=True)
     return jobs
@@ -376,6 +377,14 @@ def _model_line(record: dict) -> str:
             "on a GPU, vLLM runs bf16.")
 
 
+def _sft_line(sft: dict) -> str:
+    """Where the `sft+<recipe>` rows start: an SFT run's weights, a model file of their own."""
+    return (f"- SFT model (rows `sft+<recipe>`, section `{sft['base_model']} + SFT run {sft['sft_run_id'][:8]}`): "
+            f"`recipezoo {sft['sft_command']}` (MLflow run {sft['sft_run_id']}, experiment `sft`) from "
+            f"`{sft['base_model']}` (sha256 {sft['base_model_sha256'][:12]}…), exported by `recipezoo merge`; its "
+            f"weights' sha256 {sft['sft_model_sha256'][:12]}… tags those rows' runs.")
+
+
 def _seconds(value) -> str:
     return "—" if value is None else format_duration(value)
 
@@ -402,6 +411,7 @@ def render_readme(invocations: list[dict], counted_ids: set[str], regenerate: st
     if invocations:
         models = {record["model"]: record for record in invocations}  # each model once, its latest record
         lines += [_model_line(record) for _, record in sorted(models.items())]
+        lines += sorted({_sft_line(record["sft"]) for record in invocations if record.get("sft")})
         versions = {f"{key} {value}": None
                     for record in invocations for key, value in (record.get("versions") or {}).items()}
         lines.append("- Versions: " + ", ".join(versions) + ".")

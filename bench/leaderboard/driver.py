@@ -88,6 +88,13 @@ from bench.leaderboard.schedules import (  # noqa: E402
     run_schedules,
     schedule_overrides,
 )
+from bench.leaderboard.sft_stage import (  # noqa: E402
+    add_sft_model_arg,
+    read_sft_record,
+    sft_job_args,
+    sft_job_overrides,
+    with_sft_jobs,
+)
 from bench.leaderboard.step_zero import step_0_from_pretrained  # noqa: E402
 from bench.leaderboard.suites import SUITES, Suite, context_length, eval_prompt_length  # noqa: E402
 from bench.leaderboard.tiny_baselines import VARIANTS  # noqa: E402
@@ -130,6 +137,7 @@ class Job:
     gpu_processes_seen: int = 0     # the most compute processes nvidia-smi listed on its GPU(s) while it ran
     tool: bool = False              # a tool suite's job with the tool (tool_modes.py)
     eval_model: str | None = None   # its evaluations' eval_model tag, when not the model's own (the tool's label)
+    model: str | None = None        # its starting point when not --model: the SFT model's dir (sft_stage.py)
 
 
 MERGE_USAGE = ("recipezoo leaderboard merge DIR [DIR ...] [--suite SUITE] [--table DIR] [--results DIR] "
@@ -178,6 +186,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(core/models/identity.py): the one a committed table was made with")
     parser.add_argument("--lora-rank", type=int, default=None, help="train LoRA policies of this rank "
                         "(actor.lora.rank), in rows named <recipe>-lora<rank>; default: full weights")
+    add_sft_model_arg(parser)
     add_schedule_args(parser)
     add_tool_args(parser)
     add_budget_args(parser)
@@ -211,6 +220,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     check_placement_flags(args, parser)
     check_tool_format(args, SUITES[args.suite], parser)
     args.tool_format_chosen = None  # main decides once the data is there (tool_modes.chosen_format)
+    args.sft_record = None  # main reads --sft-model's record once the model's hash is known (sft_stage.py)
     return args
 
 
@@ -342,12 +352,13 @@ def job_command(job: Job, args, common: list[str], out: Path, eval_len: int, fin
     command += ["--eval-limit", str(args.eval_limit)] if args.eval_limit else []
     command += ["--eval-max-tokens", str(args.eval_max_tokens)] if args.eval_max_tokens else []
     suite = SUITES[args.suite]
-    command += tool_job_args(job, suite, args.tool_format_chosen)
+    command += tool_job_args(job, suite, args.tool_format_chosen) + sft_job_args(job, args.sft_record)
     run = [f"trainer.seed={job.seed}", f"tracking.run_name={job.name}", f"trainer.output_dir={out / 'work' / job.name}"]
     run += [f"actor.lora.rank={args.lora_rank}"] if args.lora_rank and job.variant else []
     run += ["trainer.val_before_train=false"] if args.step_0_from_pretrained and job.variant else []
     run += schedule_overrides(job.schedule)
     run += tool_overrides(job, suite, args.data_dir, args.tool_format_chosen)
+    common = sft_job_overrides(job, common, args.sft_record)
     return command + ["--", *common, *variant_overrides(variant, args), *run, *args.overrides]
 
 
@@ -486,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{args.model_sha256}, the one the table was made with; a row from another starting point "
                          "would not compare with the others: use that file, or start a new table without the flag")
     args.model_sha256 = found_sha
+    args.sft_record = args.sft_model and read_sft_record(args.sft_model, args.model, found_sha)
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a file store: no SQLAlchemy needed
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -499,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     args.step_0_from_pretrained = step_0_from_pretrained(args, suite, common, data)
     args.tool_format_chosen = chosen_format(args, suite, out, model_path, next((g for g in gpus if g), ""))
     open_store(uri, suite.experiment)
-    jobs = jobs_to_run(wanted_jobs(args), uri, suite.experiment, args.model, args.redo_stopped)
+    jobs = jobs_to_run(with_sft_jobs(wanted_jobs(args), args.sft_record), uri, suite.experiment, args.model,
+                       args.redo_stopped)
     devices = gpu_names(gpus)
     # Jobs end by `deadline`; one that overruns is stopped GRACE_S later; the export then ends the invocation.
     deadline = started + args.time_limit_s - GRACE_S - EXPORT_S if args.time_limit_s else None
@@ -515,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "wall_s": None,
         "started_unix": started, "devices": devices, "runs_per_gpu": args.runs_per_gpu, "model": args.model,
         "model_path": model_path, "model_sha256": found_sha, "suite": args.suite, "eval_prompt_length": eval_len,
-        **tool_record(out, args.tool_format_chosen)})
+        **tool_record(out, args.tool_format_chosen), **({"sft": args.sft_record} if args.sft_record else {})})
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from core.leaderboard.export import (
 from core.leaderboard.recipe_readmes import update_gsm8k_readmes, update_tiny_readmes, update_tool_use_readmes
 from core.leaderboard.schedules import write_schedule_plots
 from core.leaderboard.seed_stats import SeedStats, plot_seed_curves
+from core.leaderboard.sft_pipeline import render_sft_pipeline
 from core.leaderboard.suite_rank import SUITE_CURVE_KEY, with_suite_history
 from core.leaderboard.tables import markdown_table, md_cell, round6, steps_text
 from core.leaderboard.tool_suite import ToolSuite, build_tool_suites, render_tool_suite, tool_suite_records
@@ -258,6 +259,7 @@ def render_markdown(board: Leaderboard, export_path: str, out_dir: str) -> str:
     for suite in board.tool_suites:
         lines += render_tool_suite(suite)
     if board.before_after is not None:
+        lines += render_sft_pipeline(board.before_after)
         lines += render_before_after(board.before_after, pretrained_plots(board.before_after))
     return "\n".join(lines) + "\n"
 
