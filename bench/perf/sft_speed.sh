@@ -12,13 +12,13 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 CONFIGS=${PERF_CONFIGS:-bench/configs}
-OUT=${SFT_SPEED_OUT:-results/perf/sft}
+RESULT_DIR=${SFT_SPEED_OUT:-results/perf/sft}
 MODELS_DIR=${SFT_SPEED_MODELS_DIR:-/tmp/recipezoo-random-models}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader || true
 for model in ${SFT_SPEED_MODELS:-qwen3-1.7b qwen3-0.6b}; do
     [ -f "$MODELS_DIR/$model/config.json" ] ||
         python3 -m bench.common.random_model --config-dir "$CONFIGS/$model" --out "$MODELS_DIR/$model"
     timeout "${SFT_SPEED_TIMEOUT:-0}" python3 -m bench.perf.sft_speed --model-dir "$MODELS_DIR/$model" \
-        --name "$model" --out "$OUT" "$@" || echo "sft_speed $model failed: $?"
+        --name "$model" --out "$RESULT_DIR" "$@" || echo "sft_speed $model failed: $?"
 done
-python3 -m bench.perf.sft_speed_report --from "$OUT" --out results/perf/sft_speed.md
+python3 -m bench.perf.sft_speed_report --from "$RESULT_DIR" --out results/perf/sft_speed.md
