@@ -54,18 +54,25 @@ CRITIC_ESTIMATORS = ("gae",)  # advantages that need PPO's value model
 REWARD_MODEL_PLACEMENTS = ("colocated", "separate")  # reward.model.placement
 CORRECTED_LOSSES = ("vanilla", "ppo_clip")  # losses that take the off-policy correction's token_weights
 
-def validate_config(config, world: tuple[int, str] | None = None) -> dict:
-    """Raise `ConfigError` at the first problem; return the resolved config as plain data.
-
-    `world`: (number of training ranks, where that number comes from); default: this launch's
-    (`launch_world`). The dry run passes the world the config asks for (`planned_world`).
-    """
+def checked_common(config, world: tuple[int, str] | None = None) -> tuple[dict, int, str]:
+    """The checks every trainer's config takes (types, choices, ranges, parallelism over `world`, default this
+    launch's): the resolved config, the number of ranks and where that number comes from."""
     resolved = resolved_config(config)
     check_types(resolved)
     check_choices(resolved)
     check_ranges(resolved)
     size, source = world or launch_world(resolved)
     check_parallelism(resolved, size, source)
+    return resolved, size, source
+
+
+def validate_config(config, world: tuple[int, str] | None = None) -> dict:
+    """Raise `ConfigError` at the first problem; return the resolved config as plain data.
+
+    `world`: (number of training ranks, where that number comes from); default: this launch's
+    (`launch_world`). The dry run passes the world the config asks for (`planned_world`).
+    """
+    resolved, size, source = checked_common(config, world)
     check_batch_sizes(resolved, size // resolved["actor"]["tensor_parallel_size"], source)
     check_algorithm(resolved)
     check_lora(resolved)

@@ -23,15 +23,10 @@ from core.models.random_init import build_causal_lm
 from core.tracking.tracker import Tracking
 from core.trainer.config_checks import (
     check_actor_memory,
-    check_choices,
     check_lora,
-    check_parallelism,
     check_profile_steps,
-    check_ranges,
-    check_types,
-    launch_world,
+    checked_common,
     planned_world,
-    resolved_config,
 )
 from core.trainer.resume import check_data_position
 from core.trainer.setup import data_files, prepare_model, start_tracking, start_world
@@ -90,12 +85,7 @@ def check_sft_config(config, world: tuple[int, str] | None = None) -> dict:
     own: the local controller, and a batch that splits over the data-parallel ranks. RL-only keys (rollout,
     reward, algorithm, schedule) are not read by an SFT run and not checked. `world`: (ranks, where that number
     comes from), default this launch's; the dry run passes the config's (`planned_world`)."""
-    resolved = resolved_config(config)
-    check_types(resolved)
-    check_choices(resolved)
-    check_ranges(resolved)
-    size, source = world or launch_world(resolved)
-    check_parallelism(resolved, size, source)
+    resolved, size, source = checked_common(config, world)
     trainer, batch = resolved["trainer"], resolved["data"]["train_batch_size"]
     if trainer["controller"] != "local":
         raise ConfigError(f"trainer.controller={trainer['controller']} with an SFT trainer — supervised runs use the "
