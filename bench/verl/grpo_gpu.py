@@ -66,27 +66,29 @@ COMMON = [
     f"{ROLLOUT}.tensor_model_parallel_size=1", f"{ROLLOUT}.temperature=1.0", f"{ROLLOUT}.top_p=1.0",
     f"{ROLLOUT}.top_k=-1",
 ]
+
+
+def one_gpu_grpo(response_length: int, gradient_checkpointing: bool) -> list[str]:
+    """The single-GPU GRPO shapes' overrides: 32 prompts × 8, one optimizer step per rollout."""
+    return [
+        "data.train_batch_size=32", "data.max_prompt_length=384", f"data.max_response_length={response_length}",
+        f"{ROLLOUT}.n=8", f"{ACTOR}.ppo_mini_batch_size=32",
+        f"{ACTOR}.optim.weight_decay=0.0", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2",
+        f"{ACTOR}.clip_ratio_c=3.0",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={str(gradient_checkpointing).lower()}",
+        f"{ROLLOUT}.gpu_memory_utilization=0.4",
+    ]
+
+
 # Token budgets per GPU (`max_tokens`): verl's guide asks for ppo_max_token_len_per_gpu of at least 2 × (prompt +
 # response length) and as large as memory allows, and lets forward-only passes take more than the update (here 2×).
 # 16384 is our `actor.micro_batch_tokens` at the grpo shape, so both frameworks get the same micro-batch size;
 # at dapo8b it is 3.2× the guide's floor (2 × (512 + 2048) = 5120); the padded run at this budget fit 2 H200s.
 SHAPES = {
-    "grpo": {"gpus": 1, "max_tokens": 16384, "overrides": [
-        "data.train_batch_size=32", "data.max_prompt_length=384", "data.max_response_length=512",
-        f"{ROLLOUT}.n=8", f"{ACTOR}.ppo_mini_batch_size=32",  # one optimizer step per rollout
-        f"{ACTOR}.optim.weight_decay=0.0", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2",
-        f"{ACTOR}.clip_ratio_c=3.0", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        f"{ROLLOUT}.gpu_memory_utilization=0.4",
-    ]},
+    "grpo": {"gpus": 1, "max_tokens": 16384, "overrides": one_gpu_grpo(512, gradient_checkpointing=False)},
     # The larger single-GPU shape of bench/perf/side_by_side.py: Qwen3-4B, every weight trained, responses up to
     # 1024 tokens; gradient checkpointing as verl's Qwen3-4B/8B GRPO examples set it (the fp32 state alone is 64 GB).
-    "grpo4b": {"gpus": 1, "max_tokens": 16384, "overrides": [
-        "data.train_batch_size=32", "data.max_prompt_length=384", "data.max_response_length=1024",
-        f"{ROLLOUT}.n=8", f"{ACTOR}.ppo_mini_batch_size=32",  # one optimizer step per rollout
-        f"{ACTOR}.optim.weight_decay=0.0", f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2",
-        f"{ACTOR}.clip_ratio_c=3.0", "actor_rollout_ref.model.enable_gradient_checkpointing=true",
-        f"{ROLLOUT}.gpu_memory_utilization=0.4",
-    ]},
+    "grpo4b": {"gpus": 1, "max_tokens": 16384, "overrides": one_gpu_grpo(1024, gradient_checkpointing=True)},
     "dapo8b": {"gpus": 2, "max_tokens": 16384, "overrides": [
         "data.train_batch_size=16", "data.max_prompt_length=512", "data.max_response_length=2048",
         f"{ROLLOUT}.n=16", f"{ACTOR}.ppo_mini_batch_size=8",  # two optimizer steps per rollout
