@@ -21,6 +21,7 @@ export BENCH_WORK=${BENCH_WORK:-/tmp} PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH
     VLLM_USE_FLASHINFER_SAMPLER=0
 DIR="$BENCH_WORK/drift"
 mkdir -p "$DIR"
+source bench/common/detached.sh
 case $MODE in
     status)
         for mode in none tis; do
@@ -28,14 +29,11 @@ case $MODE in
 print(sys.argv[2], len(s), "steps; last logprob_diff mean/max:", d.get("rollout/logprob_diff/mean"), d.get("rollout/logprob_diff/max"))' \
                 "$DIR/$mode/grpo.json" "$mode" 2>/dev/null || echo "$mode: no step yet"
         done
-        [ -f "$DIR/done" ] && echo "done: exit $(cat "$DIR/done")"
+        detached_state "$DIR" suite
         exit 0 ;;
     background)
-        rm -f "$DIR/done"
-        nohup bash -c "bash $(printf '%q ' "$0" --steps "$STEPS") >'$DIR/suite.log' 2>&1; echo \$? >'$DIR/done'" \
-            >/dev/null 2>&1 &
-        echo "started (pid $!): poll with: bash bench/perf/drift_suite.sh --status"
-        exit 0 ;;
+        detached_start "$DIR" suite "bash bench/perf/drift_suite.sh --status" "$0" --steps "$STEPS"
+        exit ;;
 esac
 source bench/common/gpu_inputs.sh
 DATA=$(gsm8k_train512) && MODEL=$(random_model qwen3-0.6b) || exit 1

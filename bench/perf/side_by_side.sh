@@ -34,25 +34,17 @@ done
 export BENCH_WORK=${BENCH_WORK:-/tmp}
 DIR="$BENCH_WORK/side_by_side"
 mkdir -p "$DIR"
+source bench/common/detached.sh
 case $MODE in
     status)
-        if [ -f "$DIR/call.done" ]; then echo "done: exit $(cat "$DIR/call.done")"
-        elif kill -0 "$(cat "$DIR/call.pid" 2>/dev/null)" 2>/dev/null; then echo "running (pid $(cat "$DIR/call.pid"))"
-        else echo "not started (or killed): no $DIR/call.done"; fi
+        detached_state "$DIR" call
         grep -E "^(==|ours|verl|trl) |[Ee]rror" "$DIR/call.log" 2>/dev/null | tail -n 20
         exit 0 ;;
     background)
-        if kill -0 "$(cat "$DIR/call.pid" 2>/dev/null)" 2>/dev/null; then
-            echo "a call is already running (pid $(cat "$DIR/call.pid")): poll it with --status" >&2; exit 1
-        fi
-        rm -f "$DIR/call.done"
         rest=()
         for arg in "${ARGS[@]}"; do [ "$arg" = --background ] || rest+=("$arg"); done
-        nohup bash -c "bash $(printf '%q ' "$SELF" "${rest[@]}") >'$DIR/call.log' 2>&1; echo \$? >'$DIR/call.done'" \
-            >/dev/null 2>&1 &
-        echo $! >"$DIR/call.pid"
-        echo "started (pid $!): log $DIR/call.log; poll with: bash bench/perf/side_by_side.sh --status"
-        exit 0 ;;
+        detached_start "$DIR" call "bash bench/perf/side_by_side.sh --status" "$SELF" "${rest[@]}"
+        exit ;;
 esac
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} \
     NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \

@@ -57,26 +57,18 @@ case $PACKING in auto|on|off) ;; *) echo "verl_suite.sh: --packing auto, on or o
 export BENCH_WORK=${BENCH_WORK:-/tmp}
 SUITE_DIR="$BENCH_WORK/verl_suite"
 mkdir -p "$SUITE_DIR"
+source bench/common/detached.sh
 
 case $MODE in
     status)
-        if [ -f "$SUITE_DIR/suite.done" ]; then echo "done: exit $(cat "$SUITE_DIR/suite.done")"
-        elif kill -0 "$(cat "$SUITE_DIR/suite.pid" 2>/dev/null)" 2>/dev/null; then echo "running (pid $(cat "$SUITE_DIR/suite.pid"))"
-        else echo "not started (or killed): no $SUITE_DIR/suite.done"; fi
+        detached_state "$SUITE_DIR" suite
         grep -E "^(==|verl |ours|trl|step )|[Ee]rror|failed|skipped" "$SUITE_DIR/suite.log" 2>/dev/null | tail -n 20
         exit 0 ;;
     background)
-        if kill -0 "$(cat "$SUITE_DIR/suite.pid" 2>/dev/null)" 2>/dev/null; then  # two would share log and marker
-            echo "a suite is already running (pid $(cat "$SUITE_DIR/suite.pid")): poll it with --status" >&2; exit 1
-        fi
-        rm -f "$SUITE_DIR/suite.done"
         rest=()
         for arg in "${ARGS[@]}"; do [ "$arg" = --background ] || rest+=("$arg"); done
-        nohup bash -c "bash $(printf '%q ' "$SELF" "${rest[@]}") >'$SUITE_DIR/suite.log' 2>&1; echo \$? >'$SUITE_DIR/suite.done'" \
-            >/dev/null 2>&1 &
-        echo $! >"$SUITE_DIR/suite.pid"
-        echo "started (pid $!): log $SUITE_DIR/suite.log; poll with: bash bench/verl/suite.sh --status"
-        exit 0 ;;
+        detached_start "$SUITE_DIR" suite "bash bench/verl/suite.sh --status" "$SELF" "${rest[@]}"
+        exit ;;
 esac
 
 # The same sampler for every framework (ours turns FlashInfer's off); NVLink multicast off where GPUs are shared.
