@@ -214,7 +214,7 @@ def leaderboard_driver(args: argparse.Namespace) -> int:
            "VLLM_USE_FLASHINFER_SAMPLER": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
     argv = (["--merge"] if args.leaderboard_command == "merge" else []) + args.driver_args
-    module = "bench.leaderboard.sft_stage" if args.leaderboard_command == "sft-first" else "bench.leaderboard.driver"
+    module = "bench.leaderboard.sft_first" if args.leaderboard_command == "sft-first" else "bench.leaderboard.driver"
     os.chdir(repo)
     os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
@@ -229,7 +229,7 @@ def _add_leaderboard_parser(commands) -> None:
                        ("merge", "merge `run --out` dirs into the committed results/ (DIR [DIR ...] [--results DIR] "
                                  "[--timing-only DIR ...] [--before-from RUNS_JSON])"),
                        ("sft-first", "SFT the model on GSM8K's worked solutions, then `run` every recipe x seed from "
-                                     "both the pretrained and the SFT weights (bench/leaderboard/sft_stage.py)")):
+                                     "both the pretrained and the SFT weights (bench/leaderboard/sft_first.py)")):
         driver = actions.add_parser(name, help=what, add_help=False, prefix_chars="+")
         driver.add_argument("driver_args", nargs=argparse.REMAINDER)
         driver.set_defaults(handler=leaderboard_driver)

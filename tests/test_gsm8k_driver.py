@@ -35,7 +35,7 @@ from tests.helpers_tokenizer import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 from bench.leaderboard import bookkeeping as report  # noqa: E402
-from bench.leaderboard import driver  # noqa: E402
+from bench.leaderboard import driver, job_runner  # noqa: E402
 from bench.leaderboard import job as worker  # noqa: E402
 from bench.leaderboard.left_out import left_out_lines  # noqa: E402
 
@@ -146,7 +146,7 @@ def test_every_variant_loads_with_the_shared_budget(tmp_path):
     args = driver.parse_args(["--runs-per-gpu", "4", "--", "actor.micro_batch_size=16"])
     common = driver.run_overrides(args, tmp_path / "data", "file:///store", 2048)
     for variant, recipe in driver.VARIANTS.items():
-        job = driver.Job(f"{variant}-seed1", variant, 1, gpu="1")
+        job = job_runner.Job(f"{variant}-seed1", variant, 1, gpu="1")
         command = driver.job_command(job, args, common, tmp_path / "out", 1024, 123.0)
         assert command[command.index("--gpu-lock") + 1] == str(tmp_path / "out" / "locks" / "gpu1")
         assert command[command.index("--finish-by") + 1] == "123.0"
@@ -160,11 +160,11 @@ def test_every_variant_loads_with_the_shared_budget(tmp_path):
     alone = driver.run_overrides(driver.parse_args(["--runs-per-gpu", "1"]), tmp_path / "data", "file:///store", 2048)
     assert "actor.micro_batch_tokens=32768" in alone
     assert "actor.micro_batch_tokens=16384" in driver.run_overrides(driver.parse_args([]), tmp_path, "file:///s", 2048)
-    dapo_command = driver.job_command(driver.Job("d", "dapo", 0), args, common, tmp_path, 1024, None)
+    dapo_command = driver.job_command(job_runner.Job("d", "dapo", 0), args, common, tmp_path, 1024, None)
     dapo = load_config("dapo", dapo_command[dapo_command.index("--") + 1:])
     assert dapo.reward.overlong_buffer.len == 76 and dapo.algorithm.filter_groups.max_num_gen_batches == 50
     assert "--finish-by" not in dapo_command  # no --time-limit-s: every run makes all its steps
-    ppo_command = driver.job_command(driver.Job("p", "ppo", 0), args, common, tmp_path, 1024, None)
+    ppo_command = driver.job_command(job_runner.Job("p", "ppo", 0), args, common, tmp_path, 1024, None)
     ppo = load_config("ppo", ppo_command[ppo_command.index("--") + 1:])
     assert (ppo.critic.lr, ppo.critic.micro_batch_size, ppo.algorithm.adv_estimator) == (1e-5, 16, "gae")
 
@@ -200,7 +200,7 @@ def test_jobs_leave_step_0_to_the_pretrained_evaluation_only_where_it_is_the_sam
         args = driver.parse_args(["--suite", suite, "--model", "m", *flags])
         common = driver.run_overrides(args, tmp_path, "file:///store", 2048)
         args.step_0_from_pretrained = driver.step_0_from_pretrained(args, SUITES[suite], common, tmp_path)
-        job = driver.Job(f"{variant or 'pretrained'}-seed0", variant, 0)
+        job = job_runner.Job(f"{variant or 'pretrained'}-seed0", variant, 0)
         return driver.job_command(job, args, common, tmp_path / "out", 1024, None)
 
     skipping = command("--eval-before", "--val-samples", "700")
@@ -441,7 +441,7 @@ def test_jobs_split_the_hosts_cores_and_a_given_thread_count_wins(tmp_path):
     assert driver.threads_override(1, 1, 16) == "trainer.num_threads=16"  # [""]: CPU-only, one slot group
     args = driver.parse_args(["--", "trainer.num_threads=3"])
     common = driver.run_overrides(args, tmp_path / "data", "file:///store", 2048) + [driver.threads_override(2, 1, 64)]
-    command = driver.job_command(driver.Job("grpo-seed0", "grpo", 0), args, common, tmp_path, 1024, None)
+    command = driver.job_command(job_runner.Job("grpo-seed0", "grpo", 0), args, common, tmp_path, 1024, None)
     assert load_config("grpo", command[command.index("--") + 1:]).trainer.num_threads == 3
 
 

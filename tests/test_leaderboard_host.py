@@ -8,7 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.leaderboard import driver  # noqa: E402
+from bench.leaderboard import (
+    job_runner,  # noqa: E402
+)
 from bench.leaderboard.host import HostMemory, read_meminfo  # noqa: E402
 
 
@@ -41,33 +43,33 @@ def test_only_a_sigkill_the_driver_did_not_send_is_called_one(tmp_path):
     assert host.killed_reason(1, stopped_by_driver=False) is None and host.killed_reason(0, False) is None
 
 
-def _job(tmp_path: Path, name: str, code: str) -> driver.Job:
+def _job(tmp_path: Path, name: str, code: str) -> job_runner.Job:
     log = tmp_path / "logs" / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     log.write_text("step 1/40\n")
-    job = driver.Job(name, None, 0, log=log, gpu="0")  # the pretrained evaluation: no GPU time to tag
+    job = job_runner.Job(name, None, 0, log=log, gpu="0")  # the pretrained evaluation: no GPU time to tag
     job.process, job.started = subprocess.Popen([sys.executable, "-c", code]), time.time()
     job.process.wait()
     return job
 
 
 def test_a_job_killed_from_outside_is_reported_so_and_one_the_driver_stopped_is_not(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(driver, "discard_before_evals", lambda *args: None)  # no store in this test
+    monkeypatch.setattr(job_runner, "discard_before_evals", lambda *args: None)  # no store in this test
     host = HostMemory(meminfo(tmp_path / "meminfo", 4 * 2**20))
     host.sample()
     killed = _job(tmp_path, "pretrained", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
-    driver.finish_job(killed, [killed], tmp_path, "file:///store", {}, "exp", host)
+    job_runner.finish_job(killed, [killed], tmp_path, "file:///store", {}, "exp", host)
     assert killed.status == "crashed" and "SIGKILL from outside the driver" in killed.error
     assert "fell to 4.0 of 256 GiB" in capsys.readouterr().out
     stopped = _job(tmp_path, "pretrained", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     stopped.killed_by_driver = True
-    driver.finish_job(stopped, [stopped], tmp_path, "file:///store", {}, "exp", host)
+    job_runner.finish_job(stopped, [stopped], tmp_path, "file:///store", {}, "exp", host)
     assert stopped.status == "crashed" and stopped.error == "stopped past the time limit at step 1/40"
     failed = _job(tmp_path, "pretrained", "raise SystemExit(3)")
-    driver.finish_job(failed, [failed], tmp_path, "file:///store", {}, "exp", host)
+    job_runner.finish_job(failed, [failed], tmp_path, "file:///store", {}, "exp", host)
     assert failed.error is None and "SIGKILL" not in capsys.readouterr().out
     # An exception in its log is the record's reason, read now: a rerun in the same --out rewrites the log.
     halted = _job(tmp_path, "pretrained", "raise SystemExit(1)")
     halted.log.write_text("step 1/40\n[rank0]: core.trainer.stops.RunHalted: stopped at step 1: the reward failed\n")
-    driver.finish_job(halted, [halted], tmp_path, "file:///store", {}, "exp", host)
+    job_runner.finish_job(halted, [halted], tmp_path, "file:///store", {}, "exp", host)
     assert halted.error == "core.trainer.stops.RunHalted: stopped at step 1: the reward failed"

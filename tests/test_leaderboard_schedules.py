@@ -26,7 +26,7 @@ from tests.test_gsm8k_leaderboard import evals_of, train_run
 
 REPO = Path(__file__).resolve().parent.parent
 
-from bench.leaderboard import driver  # noqa: E402
+from bench.leaderboard import driver, job_runner  # noqa: E402
 
 
 def test_schedule_rows_are_named_and_get_their_schedule_keys(tmp_path):
@@ -92,11 +92,11 @@ def test_disaggregated_jobs_take_idle_gpus_and_hold_them():
     one = SimpleNamespace(gpu="0")
     pair = SimpleNamespace(gpu="2,3")
     gpus = ["0", "1", "2", "3"]
-    assert driver.free_gpus(2, [], gpus, 2) == "0,1"
-    assert driver.free_gpus(2, [one], gpus, 2) == "1,2"  # a GPU with a job on it is not idle
-    assert driver.free_gpus(2, [one, pair], gpus, 2) is None
-    assert driver.free_gpus(1, [one, pair], gpus, 2) == "1"  # least busy, never a pair's GPU
-    assert driver.free_gpus(1, [one, SimpleNamespace(gpu="1"), pair], gpus, 1) is None
+    assert job_runner.free_gpus(2, [], gpus, 2) == "0,1"
+    assert job_runner.free_gpus(2, [one], gpus, 2) == "1,2"  # a GPU with a job on it is not idle
+    assert job_runner.free_gpus(2, [one, pair], gpus, 2) is None
+    assert job_runner.free_gpus(1, [one, pair], gpus, 2) == "1"  # least busy, never a pair's GPU
+    assert job_runner.free_gpus(1, [one, SimpleNamespace(gpu="1"), pair], gpus, 1) is None
 
 
 # ---- the export's clock and the schedule table, by hand ----------------------------------------------------------

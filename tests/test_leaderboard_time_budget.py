@@ -8,15 +8,15 @@ import json
 import re
 import time
 
-from bench.leaderboard import driver
+from bench.leaderboard import driver, job_runner
 
 
 def test_a_job_is_not_started_with_less_than_min_job_s_left(tmp_path, monkeypatch, capsys):
     started = []
-    monkeypatch.setattr(driver, "start_job", lambda job, *rest: started.append(job.name))
+    monkeypatch.setattr(job_runner, "start_job", lambda job, *rest: started.append(job.name))
     args = driver.parse_args(["--runs-per-gpu", "2", "--min-job-s", "400"])
-    jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 399, {})
+    jobs = [job_runner.Job("grpo-seed0", "grpo", 0), job_runner.Job("ppo-seed0", "ppo", 0)]
+    job_runner.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 399, {})
     assert started == [] and [job.status for job in jobs] == ["not started"] * 2
     assert capsys.readouterr().out.count("too little time left") == 2
     # Without --min-job-s, the evaluation reserve and one step's time (120 + 90 s) are enough to start.
@@ -35,11 +35,11 @@ def test_a_job_is_not_started_with_less_time_left_than_a_finished_job_took(tmp_p
     def finish(job, *rest):
         job.ended, job.status = job.started + 300, "done"
 
-    monkeypatch.setattr(driver, "start_job", start)
-    monkeypatch.setattr(driver, "finish_job", finish)
+    monkeypatch.setattr(job_runner, "start_job", start)
+    monkeypatch.setattr(job_runner, "finish_job", finish)
     args = driver.parse_args(["--min-job-s", "150", "--runs-per-gpu", "1"])
-    jobs = [driver.Job("grpo-seed0", "grpo", 0), driver.Job("ppo-seed0", "ppo", 0)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 250, {})
+    jobs = [job_runner.Job("grpo-seed0", "grpo", 0), job_runner.Job("ppo-seed0", "ppo", 0)]
+    job_runner.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 250, {})
     assert started == ["grpo-seed0"] and [job.status for job in jobs] == ["done", "not started"]
     expected = (r"not starting ppo-seed0: too little time left before --time-limit-s \(it needs 300 s, 2(49|50) s "
                 r"are left once the final 60 s for stopping and exporting are kept\)")
@@ -71,15 +71,15 @@ def test_a_job_is_not_started_with_less_time_left_than_an_earlier_invocations_jo
         started.append(job.name)
         job.started, job.process = time.time(), type("Done", (), {"poll": lambda self: 0})()
 
-    monkeypatch.setattr(driver, "start_job", start)
+    monkeypatch.setattr(job_runner, "start_job", start)
     def finish(job, *rest):
         job.ended, job.status = job.started + 100, "done"
 
-    monkeypatch.setattr(driver, "finish_job", finish)
+    monkeypatch.setattr(job_runner, "finish_job", finish)
     args = driver.parse_args(["--runs-per-gpu", "4", "--min-job-s", "250", "--steps", "40"])
-    jobs = [driver.Job("grpo_passk-seed3", "grpo_passk", 3), driver.Job("gspo-seed3", "gspo", 3),
-            driver.Job("grpo-seed3", "grpo", 3)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {"0": "H200"})
+    jobs = [job_runner.Job("grpo_passk-seed3", "grpo_passk", 3), job_runner.Job("gspo-seed3", "gspo", 3),
+            job_runner.Job("grpo-seed3", "grpo", 3)]
+    job_runner.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {"0": "H200"})
     # pass@k took 451 s before: not started; GSPO (320 s) and GRPO (no record: --min-job-s) start.
     assert started == ["gspo-seed3", "grpo-seed3"] and jobs[0].status == "not started"
     assert "not starting grpo_passk-seed3: too little time left before --time-limit-s (it needs 451 s, " \
@@ -109,12 +109,12 @@ def run_pass_at_k_and_grpo(tmp_path, monkeypatch, polls_running: dict[str, int])
     def finish(job, *rest):
         job.ended, job.status = job.started + took[job.variant], "done"
 
-    monkeypatch.setattr(driver, "start_job", start)
-    monkeypatch.setattr(driver, "finish_job", finish)
+    monkeypatch.setattr(job_runner, "start_job", start)
+    monkeypatch.setattr(job_runner, "finish_job", finish)
     args = driver.parse_args(["--runs-per-gpu", "2", "--min-job-s", "150"])
-    jobs = [driver.Job("grpo_passk-seed0", "grpo_passk", 0), driver.Job("grpo-seed0", "grpo", 0),
-            driver.Job("grpo-seed1", "grpo", 1), driver.Job("grpo_passk-seed1", "grpo_passk", 1)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {})
+    jobs = [job_runner.Job("grpo_passk-seed0", "grpo_passk", 0), job_runner.Job("grpo-seed0", "grpo", 0),
+            job_runner.Job("grpo-seed1", "grpo", 1), job_runner.Job("grpo_passk-seed1", "grpo_passk", 1)]
+    job_runner.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 400, {})
     return started, jobs
 
 
@@ -149,8 +149,8 @@ def jobs_that_take(monkeypatch, seconds: float, eval_s: float) -> list[str]:
     def finish(job, *rest):
         job.ended, job.status, job.summary = job.started + seconds, "done", {"eval_s": eval_s}
 
-    monkeypatch.setattr(driver, "start_job", start)
-    monkeypatch.setattr(driver, "finish_job", finish)
+    monkeypatch.setattr(job_runner, "start_job", start)
+    monkeypatch.setattr(job_runner, "finish_job", finish)
     return started
 
 
@@ -165,8 +165,8 @@ def test_a_job_needs_its_time_up_to_its_evaluation_plus_the_reserve(tmp_path, mo
     assert time_needed_s(361, None, 240) == 361
     started = jobs_that_take(monkeypatch, 361, 69.0)
     args = driver.parse_args(["--runs-per-gpu", "1", "--min-job-s", "150", "--reserve-s", "240"])
-    jobs = [driver.Job("gspo-seed1", "gspo", 1), driver.Job("drgrpo-seed1", "drgrpo", 1)]
-    driver.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 450, {})
+    jobs = [job_runner.Job("gspo-seed1", "gspo", 1), job_runner.Job("drgrpo-seed1", "drgrpo", 1)]
+    job_runner.run_jobs(jobs, args, tmp_path, "file:///store", ["0"], lambda job: [], time.time() + 450, {})
     assert started == ["gspo-seed1"] and jobs[1].status == "not started"
     assert "not starting drgrpo-seed1: too little time left before --time-limit-s (it needs 532 s, " \
         in capsys.readouterr().out
@@ -196,8 +196,8 @@ def test_a_recipe_known_from_timings_from_is_judged_by_its_own_time(tmp_path, mo
         started.clear()
         args = driver.parse_args(["--runs-per-gpu", "1", "--min-job-s", "200", "--reserve-s", "150", "--steps", "64",
                                   *timings])
-        jobs = [driver.Job("grpo_passk-seed4", "grpo_passk", 4), driver.Job("drgrpo-seed1", "drgrpo", 1)]
-        driver.run_jobs(jobs, args, tmp_path / "out", "file:///store", ["0"], lambda job: [], time.time() + 700,
+        jobs = [job_runner.Job("grpo_passk-seed4", "grpo_passk", 4), job_runner.Job("drgrpo-seed1", "drgrpo", 1)]
+        job_runner.run_jobs(jobs, args, tmp_path / "out", "file:///store", ["0"], lambda job: [], time.time() + 700,
                         {"0": "H200"})
         # without the records Dr.GRPO needs pass@k's 743 - 95 + 150 = 798 s; with them 311 - 77 + 150 = 384 s
         assert started == (["grpo_passk-seed4"] if not timings else ["grpo_passk-seed4", "drgrpo-seed1"])

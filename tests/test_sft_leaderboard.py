@@ -1,5 +1,5 @@
-"""The GSM8K leaderboard's SFT stage (bench/leaderboard/sft_stage.py): SFT, then GRPO from the pretrained and the
-SFT weights, into one MLflow store and one table with a section per starting point.
+"""The GSM8K leaderboard's SFT stage (bench/leaderboard/sft_first.py, sft_stage.py): SFT, then GRPO from the
+pretrained and the SFT weights, into one MLflow store and one table with a section per starting point.
 
 Real parts on CPU: the tiny random Qwen3, `recipezoo sft`, `recipezoo merge`, the driver's job processes with the
 HF rollout and real MLflow file stores; the GSM8K files are arithmetic stand-ins the tiny model can spell
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.leaderboard import bookkeeping, driver, sft_stage
+from bench.leaderboard import bookkeeping, driver, sft_first, sft_stage
 from core.leaderboard.export import load_export
 from tests.test_gsm8k_driver import tiny_benchmarks
 
@@ -54,7 +54,7 @@ def test_an_sft_model_from_another_base_or_without_its_record_is_refused_in_one_
     with pytest.raises(SystemExit, match=r"trained from base \(sha256 bbbbbbbbbbbb…\), not --model"):
         driver.main([*flags, "--sft-model", str(tmp_path)])
     with pytest.raises(SystemExit):
-        sft_stage.main(["--sft-steps", "0", *flags])
+        sft_first.main(["--sft-steps", "0", *flags])
     assert "error: --sft-steps 0: expected a count of at least 1" in capsys.readouterr().err
     assert not out.exists()  # nothing written, no store
 
