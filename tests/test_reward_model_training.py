@@ -14,8 +14,8 @@ from core.config import load_config
 from core.data.dataset import read_rows
 from core.data.sources import resolve_data_files
 from core.reward.gsm8k import compute_score
-from core.rollout.base import Completion
 from core.trainer.judge_worker import JudgeWorker
+from tests.planted_judge import PlantedJudge
 
 
 def metrics_of(uri: str, experiment: str = "recipezoo") -> dict:
@@ -56,25 +56,6 @@ def test_policy_pairs_train_a_reward_model_that_grpo_mixes_in(tmp_path):
         mixed = metrics["reward/rule/mean"][step] + 0.5 * metrics["reward/model/mean"][step]
         assert metrics["critic/score/mean"][step] == pytest.approx(mixed, abs=1e-5)
     assert any(value != 0.0 for value in metrics["reward/model/mean"])
-
-
-class PlantedJudge:
-    """A fake judge engine (no judge model is trained to grade here): it answers the prompts with planted texts
-    in order, and records what it was asked."""
-
-    def __init__(self, tokenizer, texts):
-        self.tokenizer, self.texts, self.calls = tokenizer, list(texts), []
-
-    def generate_ids(self, prompt_ids, params, max_new_tokens, stop=()):
-        self.calls.append([self.tokenizer.decode(ids) for ids in prompt_ids])
-        answers, self.texts = self.texts[:len(prompt_ids)], self.texts[len(prompt_ids):]
-        return [Completion(self.tokenizer.encode(text, add_special_tokens=False), []) for text in answers]
-
-    def wake_up(self):
-        pass
-
-    def sleep(self):
-        pass
 
 
 def test_the_judge_scores_planted_verdicts_and_counts_the_unparseable(caplog):

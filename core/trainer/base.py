@@ -28,7 +28,6 @@ from core.tracking.metrics import timed
 from core.tracking.profiler import step_profiler
 from core.trainer.config_checks import validate_config
 from core.trainer.controllers import build_roles
-from core.trainer.judge_worker import JudgeWorker
 from core.trainer.metrics import SUMMED_OVER_RANKS, data_metrics, logprob_diff_metrics, throughput_metrics
 from core.trainer.preflight import check_data_file
 from core.trainer.reward_sources import RewardSources
@@ -54,8 +53,7 @@ class BaseTrainer(TrainingRun):
         self.val_dataset = parts.val_dataset
         self.actor_rollout, self.critic = parts.actor_rollout, parts.critic
         self.reward_manager = build_reward_manager(config.reward, self.tokenizer)
-        judge = JudgeWorker(config, self.world.device, self.tokenizer) if config.reward.judge.enable else None
-        self.reward_sources = RewardSources(config.reward, self.tokenizer, parts.reward_model, judge)
+        self.reward_sources = RewardSources(config.reward, self.tokenizer, parts.reward_model, parts.judge)
         self.schedule = SCHEDULES[config.trainer.schedule](self)  # which weights generate a step's rollouts
         # Under tensor parallelism each rank of a tp group generates its share of the group's prompts.
         self.tp_generation = TensorParallelGeneration(self.world, self.tokenizer.pad_token_id) \

@@ -72,19 +72,20 @@ def latest_checkpoint(root: Path) -> Path | None:
     return complete[-1][1] if complete else None
 
 
-def resolve_resume(resume: str | None, root: Path) -> Path | None:
+def resolve_resume(resume: str | None, root: Path, flag: str = "trainer.resume") -> Path | None:
     """`trainer.resume`: disable (or null) -> None; auto -> the newest valid checkpoint under `root` or None;
-    a path -> that checkpoint (a `global_step_N` dir, or a checkpoint root: its latest), which must be valid."""
+    a path -> that checkpoint (a `global_step_N` dir, or a checkpoint root: its latest), which must be valid.
+    `flag`: what the user set it with, as the hints name it (`recipezoo rm` has `--resume`)."""
     if resume in (None, "", "disable"):
         return None
     if resume == "auto":
-        return newest_valid_checkpoint(root)
-    found = find_checkpoint(Path(resume).expanduser(), "trainer.resume", f"`auto` (latest under {root}), `disable`")
-    verify_checkpoint(found)
+        return newest_valid_checkpoint(root, flag)
+    found = find_checkpoint(Path(resume).expanduser(), flag, f"`auto` (latest under {root}), `disable`")
+    verify_checkpoint(found, flag)
     return found
 
 
-def newest_valid_checkpoint(root: Path) -> Path | None:
+def newest_valid_checkpoint(root: Path, flag: str = "trainer.resume") -> Path | None:
     """The latest checkpoint, or when it is corrupt the newest earlier one that is valid, each skipped one
     noted in a line. All corrupt: the newest one's error (resuming from nothing would be a silent restart)."""
     latest = latest_checkpoint(root)
@@ -94,12 +95,12 @@ def newest_valid_checkpoint(root: Path) -> Path | None:
     candidates = [latest] + [path for step, path in reversed(list_checkpoints(root)) if step < latest_step]
     for path in candidates:
         try:
-            verify_checkpoint(path)
+            verify_checkpoint(path, flag)
         except CheckpointError as error:
             if path is candidates[-1]:
                 raise
             problem = str(error).split(" — ")[0]
-            print(f"note: {problem}; trainer.resume=auto skips {path.name} for an earlier checkpoint", flush=True)
+            print(f"note: {problem}; {flag}=auto skips {path.name} for an earlier checkpoint", flush=True)
             continue
         if path is not latest:
             print(f"note: resuming from {path}, the newest valid checkpoint", flush=True)
@@ -107,7 +108,7 @@ def newest_valid_checkpoint(root: Path) -> Path | None:
     return None
 
 
-def verify_checkpoint(path: Path) -> None:
+def verify_checkpoint(path: Path, flag: str = "trainer.resume") -> None:
     """Every file must be as it was saved: one that fails its checksum (a flipped bit) or, in a checkpoint
     written before checksums, a truncated torch file (a full disk, a copy cut short) fails here, before any
     model loads, naming the file and the checkpoint to fall back to.
@@ -118,23 +119,23 @@ def verify_checkpoint(path: Path) -> None:
     if has_checksums(path):
         problem = first_mismatch(path)
         if problem:
-            raise CheckpointError(f"{problem} — {_fallback_hint(path)}")
+            raise CheckpointError(f"{problem} — {_fallback_hint(path, flag)}")
         return
     for file in sorted(path.rglob("*.pt")):
         try:
             with zipfile.ZipFile(file):
                 pass
         except (zipfile.BadZipFile, OSError) as error:
-            raise CheckpointError(f"{file} is truncated or corrupt ({error}) — {_fallback_hint(path)}") from None
+            raise CheckpointError(f"{file} is truncated or corrupt ({error}) — {_fallback_hint(path, flag)}") from None
 
 
-def _fallback_hint(bad: Path) -> str:
+def _fallback_hint(bad: Path, flag: str) -> str:
     match = STEP_DIR.fullmatch(bad.name)
     step = int(match.group(1)) if match else None
     earlier = [path for other, path in list_checkpoints(bad.parent) if step is None or other < step]
     if earlier:
-        return f"resume from the previous checkpoint with trainer.resume={earlier[-1]} (or delete {bad})"
-    return f"no earlier checkpoint under {bad.parent}: start fresh with trainer.resume=disable"
+        return f"resume from the previous checkpoint with {flag}={earlier[-1]} (or delete {bad})"
+    return f"no earlier checkpoint under {bad.parent}: start fresh with {flag}=disable"
 
 
 def find_checkpoint(path: Path, what: str, alternatives: str = "") -> Path:

@@ -256,8 +256,6 @@ def check_reward_sources(resolved: dict) -> None:
         raise ConfigError("reward.model.placement=separate puts the reward model on Ray actors of its own: set "
                           "trainer.controller=ray, or reward.model.placement=colocated")
     if reward["judge"]["enable"]:
-        if controller != "local":
-            raise ConfigError("reward.judge runs under trainer.controller=local (one process, or torchrun) only")
         check_template(reward["judge"]["template"])
         check_parser(reward["judge"]["parser"], float(reward["judge"]["max_score"]))
 

@@ -18,6 +18,7 @@ from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_pa
 from core.reward.judge import parse_judgement, question_text, render_prompt
 from core.rollout.base import RolloutBackend, SamplingParams
 from core.rollout.build import build_engine
+from core.trainer.start_record import start_phase
 
 logger = logging.getLogger(__name__)
 MAX_FAILURE_WARNINGS = 3
@@ -30,11 +31,13 @@ class JudgeWorker:
     def __init__(self, config, device: torch.device, policy_tokenizer, engine: RolloutBackend | None = None,
                  tokenizer=None):
         self.settings, self.policy_tokenizer = config.reward.judge, policy_tokenizer
+        self.start_record: dict[str, float] = {}  # seconds of the judge's start (start_record.py)
         if engine is None:
-            path = resolve_model_path(self.settings.model_path or config.model.path)
-            tokenizer = load_tokenizer(path, trust_remote_code=config.model.trust_remote_code)
-            engine = build_engine(judge_engine_config(config), path, tokenizer,
-                                  lambda: load_causal_lm(path, trust_remote_code=config.model.trust_remote_code).to(device))
+            with start_phase("judge", self.start_record):
+                path = resolve_model_path(self.settings.model_path or config.model.path)
+                tokenizer = load_tokenizer(path, trust_remote_code=config.model.trust_remote_code)
+                engine = build_engine(judge_engine_config(config), path, tokenizer, lambda: load_causal_lm(
+                    path, trust_remote_code=config.model.trust_remote_code).to(device))
         self.engine, self.tokenizer = engine, tokenizer
         self._warnings_left = MAX_FAILURE_WARNINGS
 

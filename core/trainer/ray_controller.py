@@ -27,13 +27,14 @@ from core.config import ConfigError
 from core.engine.distributed import init_distributed
 from core.models.loading import load_tokenizer
 from core.rollout.base import SamplingParams, concat_rollouts
+from core.trainer.judge_worker import JudgeWorker
 from core.trainer.reward_model_worker import RewardModelWorker
 from core.trainer.seed import seed_everything
 from core.trainer.setup import host_threads
 from core.trainer.start_record import slowest, start_phase
 from core.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
-ACTOR, CRITIC, REWARD_MODEL = "actor_rollout", "critic", "reward_model"
+ACTOR, CRITIC, REWARD_MODEL, JUDGE = "actor_rollout", "critic", "reward_model", "judge"
 ENGINE_ATTR = {ACTOR: "actor", CRITIC: "engine"}  # each role's training engine, as checkpoints see it
 DEATH_GRACE_S = 10  # how long a failed call waits for its peers' calls, to tell a failure from a death
 # Ray starts its workers at nice 15 (its `worker_niceness`), torchrun its ranks at the launcher's: under any CPU
@@ -88,6 +89,8 @@ class RankWorker:
             self.roles[CRITIC] = CriticWorker(config, world)
         if colocated_reward_model(config):
             self.roles[REWARD_MODEL] = RewardModelWorker(config, world, tokenizer)
+        if config.reward.judge.enable:  # the judge's engine on this worker's device, as on a torchrun rank
+            self.roles[JUDGE] = JudgeWorker(config, world.device, tokenizer)
         for role in self.roles.values():
             record |= role.start_record
         return (began, time.time()), record
@@ -116,7 +119,7 @@ class RayWorkerGroup:
             connect_ray()
         self.num_workers, self.pad_token_id = num_workers, tokenizer.pad_token_id
         # Workers per role, as errors count them.
-        self.sizes = {ACTOR: num_workers, CRITIC: num_workers, REWARD_MODEL: num_workers}
+        self.sizes = {ACTOR: num_workers, CRITIC: num_workers, REWARD_MODEL: num_workers, JUDGE: num_workers}
         self.death: str | None = None  # what stopped the group, once a worker died
         self.gpus = 1 if config.trainer.device != "cpu" and ray.cluster_resources().get("GPU", 0) else 0
         check_cluster_fits(config, num_workers, self.gpus)
@@ -134,6 +137,7 @@ class RayWorkerGroup:
         self.actor = RemoteEngine(self, ACTOR)
         self.critic = RayCritic(self) if with_critic else None
         self.reward_model = RayRewardModel(self) if colocated_reward_model(config) else None
+        self.judge = RayJudge(self) if config.reward.judge.enable else None
 
     def _start(self, config, model_path: str, with_reference: bool, with_critic: bool, with_rollout: bool) -> None:
         """Every worker's setup at once (each loads its models and starts its engine), with `start_beside`'s
@@ -262,6 +266,24 @@ class RayRewardModel:
         return Batch.concat(self.group.run_split(REWARD_MODEL, "compute_rm_scores", batch))
 
 
+class RayJudge:
+    """`JudgeWorker`'s interface over the group's actors, each grading a contiguous share of the responses with
+    the judge engine beside its actor; the parse failures are summed over the shares."""
+
+    def __init__(self, group: RayWorkerGroup):
+        self.group = group
+
+    def score(self, responses: list[str], raw_prompts: list, references: list) -> tuple[torch.Tensor, dict[str, float]]:
+        refs = [worker.call.remote(JUDGE, "score", responses[part], raw_prompts[part], references[part])
+                for worker, part in zip(self.group.live_workers(JUDGE), contiguous_slices(len(responses),
+                                                                                         self.group.num_workers))
+                if part.stop > part.start]
+        shares = self.group.gather_roles({JUDGE: refs})[JUDGE]
+        failures = sum(metrics["reward/judge/parse_failures"] for _, metrics in shares)
+        return torch.cat([scores for scores, _ in shares]), {
+            "reward/judge/parse_failures": failures, "reward/judge/parse_failure_frac": failures / max(1, len(responses))}
+
+
 def colocated_reward_model(config) -> bool:
     return bool(config.reward.model.path) and config.reward.model.placement == "colocated"
 
@@ -304,9 +326,14 @@ def check_cluster_fits(config, num_workers: int, gpus: int) -> None:
 def contiguous_parts(batch: Batch, n: int) -> list[Batch]:
     """n contiguous parts as equal as possible (validation batches need not divide evenly), each `owned`: one
     per worker, to be shipped."""
-    sizes = [len(batch) // n + (rank < len(batch) % n) for rank in range(n)]
+    return [owned(batch.select(part)) for part in contiguous_slices(len(batch), n)]
+
+
+def contiguous_slices(total: int, n: int) -> list[slice]:
+    """n contiguous row ranges of `total` rows, as equal as possible, the larger ones first."""
+    sizes = [total // n + (rank < total % n) for rank in range(n)]
     starts = [sum(sizes[:rank]) for rank in range(n)]
-    return [owned(batch.select(slice(start, start + size))) for start, size in zip(starts, sizes)]
+    return [slice(start, start + size) for start, size in zip(starts, sizes)]
 
 
 def owned(part: Batch) -> Batch:

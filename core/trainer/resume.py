@@ -47,7 +47,7 @@ class Resume:
 
 def plan_resume(config, world: World) -> Resume | None:
     """On every rank: the checkpoint `trainer.resume` names (None: a fresh run), decided on rank 0."""
-    return _decided_on_main(world, lambda: _plan(config))
+    return decided_on_main(world, lambda: _plan(config))
 
 
 def _plan(config) -> Resume | None:
@@ -97,7 +97,7 @@ def check_data_position(loader_now: dict, resume: Resume) -> None:
                           "same data.max_prompt_length)")
 
 
-def _decided_on_main(world: World, decide: Callable):
+def decided_on_main(world: World, decide: Callable):
     """`decide()` on rank 0 alone, and its result, or its error, on every rank."""
     outcome = (None, None)
     if world.is_main:

@@ -26,6 +26,10 @@ def add_parser(commands) -> None:
     rm.add_argument("--max-length", type=int, default=1024, help="tokens of prompt + answer; longer pairs are left out")
     rm.add_argument("--mixed-precision", default="auto", choices=["auto", "bf16", "fp32"])
     rm.add_argument("--seed", type=int, default=0)
+    rm.add_argument("--resume", default="disable", help="auto: continue from the newest valid checkpoint under "
+                                                        "<out>/checkpoints, bit for bit; disable; or a checkpoint dir")
+    rm.add_argument("--save-freq", type=int, default=0, help="a checkpoint every N steps (default: the last only)")
+    rm.add_argument("--keep-checkpoints", type=int, default=0, help="keep the newest N checkpoints (default: all)")
     rm.add_argument("--device", default="auto", help="auto | cpu | cuda")
     rm.add_argument("--mlflow-uri", default=None, help="tracking URI (default: sqlite:///<cwd>/mlflow.db)")
     rm.add_argument("--experiment", default="recipezoo-rm")
@@ -43,7 +47,8 @@ def _command(args: argparse.Namespace) -> int:
         weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, grad_clip=args.grad_clip,
         micro_batch_size=args.micro_batch_size, micro_batch_tokens=args.micro_batch_tokens,
         max_length=args.max_length, mixed_precision=args.mixed_precision, seed=args.seed, device=args.device,
-        mlflow_uri=args.mlflow_uri, experiment=args.experiment, run_name=args.run_name, tracking=not args.no_mlflow)
+        mlflow_uri=args.mlflow_uri, experiment=args.experiment, run_name=args.run_name, tracking=not args.no_mlflow,
+        resume=args.resume, save_freq=args.save_freq, keep_checkpoints=args.keep_checkpoints)
     try:
         train_reward_model(spec)
     except ValueError as error:

@@ -27,6 +27,9 @@ from core.trainer.stops import Interrupted
 
 
 class TrainingRun:
+    RESUME_FLAG = "trainer.resume"  # how the user asks for a resume, as the hints below name it
+    MORE_STEPS_HINT = "raise trainer.total_steps"
+
     def __init__(self, config, parts, started: float):
         """`parts`: the built world, tokenizer, train_loader, tracking, resume_from and start_record
         (core/trainer/setup.py)."""
@@ -103,7 +106,7 @@ class TrainingRun:
         if self.world.is_main:
             left = self.config.trainer.total_steps - state["step"]
             print(f"resumed from {self.resume_from} at step {state['step']}; "
-                  + (f"{left} steps to go" if left > 0 else "nothing left to train (raise trainer.total_steps)"),
+                  + (f"{left} steps to go" if left > 0 else f"nothing left to train ({self.MORE_STEPS_HINT})"),
                   flush=True)
         return state["step"]
 
@@ -111,8 +114,8 @@ class TrainingRun:
         existing = list_checkpoints(self.checkpoints.root)
         if existing and self.world.is_main and self.config.trainer.save_freq:
             print(f"note: {self.checkpoints.root} holds checkpoints of an earlier run (up to step "
-                  f"{existing[-1][0]}); this run starts fresh (trainer.resume=disable) and its saves replace "
-                  "them. Use trainer.resume=auto to continue that run instead.", flush=True)
+                  f"{existing[-1][0]}); this run starts fresh ({self.RESUME_FLAG}=disable) and its saves replace "
+                  f"them. Use {self.RESUME_FLAG}=auto to continue that run instead.", flush=True)
 
     # ---- stopping on a signal -----------------------------------------------------------------
     def stop_if_signalled(self, request: StopRequest, last_step: int) -> None:
@@ -142,7 +145,7 @@ class TrainingRun:
             saved_step, path = self.last_saved
             what = f"step {step} is saved in {path}" if saved_step == step else \
                 f"the latest checkpoint is {path} (step {saved_step})"
-            return f"{what} — continue with trainer.resume=auto"
+            return f"{what} — continue with {self.RESUME_FLAG}=auto"
         trainer = self.config.trainer
         if trainer.save_freq and trainer.save_on_signal:
             return "no checkpoint saved yet"

@@ -44,6 +44,7 @@ class Components:
     actor_rollout: ActorRolloutRefWorker  # or a RayWorkerGroup with the same methods
     critic: CriticWorker | None  # or the Ray group's RayCritic; None for critic-free recipes
     reward_model: object | None  # a RewardModelWorker (or a Ray group's); None without reward.model.path
+    judge: object | None  # a JudgeWorker (or the Ray group's RayJudge); None without reward.judge.enable
     tracking: Tracking
     resume_from: Path | None  # the checkpoint `trainer.resume` points at, None: a fresh run
     start_record: dict[str, float]  # seconds per start phase so far (core/trainer/start_record.py)
@@ -84,11 +85,11 @@ def build_components(config, build_roles: Callable, *, with_reference: bool, wit
     with start_phase("roles", roles_record):
         roles = build_roles(config, world, model_path, tokenizer, with_reference=with_reference,
                             with_critic=with_critic, num_workers=dp_size)
-    for role in (roles.actor_rollout, roles.critic, roles.reward_model):  # the Ray group's are in the group's record
+    for role in (roles.actor_rollout, roles.critic, roles.reward_model, roles.judge):  # the Ray group's: in its record
         record |= getattr(role, "start_record", {})
     record |= roles_record
     tracking = start_tracking(config, world, model_path, resume, record)
-    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, roles.reward_model,
+    return Components(world, tokenizer, loader, val_set, roles.actor_rollout, roles.critic, roles.reward_model, roles.judge,
                       tracking, resume.path if resume else None, record)
 
 
