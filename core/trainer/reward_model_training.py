@@ -34,7 +34,6 @@ from core.trainer.checkpoint_export import merge_checkpoint
 from core.trainer.resume import decided_on_main
 from core.trainer.run import TrainingRun
 from core.trainer.seed import seed_everything
-from core.trainer.signals import deferred_stop
 
 ROLE = "reward_model"
 
@@ -129,26 +128,19 @@ class RewardModelRun(TrainingRun):
         super().__init__(config, parts, started)
         self.pad_token_id = tokenizer.pad_token_id
 
-    def fit(self) -> dict[str, float]:
-        total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
-        with self.tracking, deferred_stop(self.where_stopped) as stop_request:
-            first_step, val_metrics = self.before_first_step()
-            for step in range(first_step, total + 1):
-                self.stop_if_signalled(stop_request, last_step=step - 1)  # SIGTERM/SIGINT (signals.py)
-                self.global_step = step
-                metrics = train_step(self.engine, next(self.train_loader), self.pad_token_id, self.world)
-                _log(self.tracking, self.world, metrics, step)
-                if self._due(step, self.config.trainer.test_freq, total):
-                    val_metrics = self.validate(step)
-                if self._due(step, save_freq, total):
-                    self.save_checkpoint(step)
-            self.stop_if_signalled(stop_request, last_step=total)
-            val_metrics = val_metrics or (self.val_history[-1][1] if self.val_history else {})
-            export = Path(self.spec.out) / "model"
-            if self.world.is_main:
-                merge_checkpoint(self.last_saved[1], export, role=ROLE)
-                print(f"trained {total} steps ({self.train_loader.steps_per_epoch} per epoch); held-out pairwise "
-                      f"accuracy {val_metrics['rm/val/acc']:.3f}; reward model in {export}", flush=True)
+    def train_one_step(self, step: int) -> None:
+        metrics = train_step(self.engine, next(self.train_loader), self.pad_token_id, self.world)
+        _log(self.tracking, self.world, metrics, step)
+
+    def finish_training(self, val_metrics: dict[str, float]) -> dict[str, float]:
+        """The last checkpoint exported as a HF dir (`<out>/model`), which `reward.model.path` loads."""
+        val_metrics = val_metrics or (self.val_history[-1][1] if self.val_history else {})
+        export = Path(self.spec.out) / "model"
+        if self.world.is_main:
+            merge_checkpoint(self.last_saved[1], export, role=ROLE)
+            print(f"trained {self.config.trainer.total_steps} steps ({self.train_loader.steps_per_epoch} per "
+                  f"epoch); held-out pairwise accuracy {val_metrics['rm/val/acc']:.3f}; reward model in {export}",
+                  flush=True)
         return val_metrics
 
     def checkpoint_engines(self) -> dict:

@@ -1,7 +1,10 @@
 """What every trainer's run shares, whatever its step: checkpoints, resume, stopping on a signal, the first
-validation, the step bookkeeping. The RL loop (`BaseTrainer`) and the supervised one (`SFTTrainer`) are
-subclasses; each supplies its step and a few hooks:
+validation, the step bookkeeping, and the loop of a run whose step is one update (`fit`: SFT, the reward
+model). `BaseTrainer` (the RL loop, with stages of its own) and `SFTTrainer` are subclasses; each supplies its step
+and a few hooks:
 
+    train_one_step(step)   the step itself, its metrics logged (`fit`'s runs; BaseTrainer has its own loop)
+    finish_training(val)   what ends `fit` once every step is done (the reward model: its export)
     checkpoint_engines()   role -> engine a checkpoint holds
     loader_state()         the data position a checkpoint stores (RL's schedule may hold prompts drawn ahead)
     after_resume()         what the loaded weights must reach (RL: its rollout engine)
@@ -20,7 +23,7 @@ from core.tracking.metrics import timed
 from core.trainer.checkpoint import CheckpointManager, list_checkpoints
 from core.trainer.checkpoint_export import write_hf_files
 from core.trainer.guards import StepGuard
-from core.trainer.signals import StopRequest
+from core.trainer.signals import StopRequest, deferred_stop
 from core.trainer.start_record import PREFIX as START_PREFIX
 from core.trainer.start_record import start_line, start_phase
 from core.trainer.stops import Interrupted
@@ -47,7 +50,32 @@ class TrainingRun:
         self.val_history: list[tuple[int, dict[str, float]]] = []
         self.global_step = 0  # the step `fit` is in (1-based), for steps that depend on it
 
+    # ---- the loop ----------------------------------------------------------------------------
+    def fit(self) -> dict[str, float]:
+        """Resume (or validate at step 0), then each step with validation every `trainer.test_freq` and a
+        checkpoint every `trainer.save_freq` and at the last step; a SIGTERM/SIGINT stops it at a step boundary,
+        saved first (signals.py). Returns the last validation's metrics, as `finish_training` leaves them."""
+        total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
+        with self.tracking, deferred_stop(self.where_stopped) as stop_request:
+            first_step, val_metrics = self.before_first_step()
+            for step in range(first_step, total + 1):
+                self.stop_if_signalled(stop_request, last_step=step - 1)
+                self.global_step, self.timings, self.step_metrics = step, {}, {}
+                self.train_one_step(step)
+                if self._due(step, self.config.trainer.test_freq, total):
+                    val_metrics = self.validate(step)
+                if self._due(step, save_freq, total):
+                    self.save_checkpoint(step)
+            self.stop_if_signalled(stop_request, last_step=total)
+            return self.finish_training(val_metrics)
+
     # ---- hooks --------------------------------------------------------------------------------
+    def train_one_step(self, step: int) -> None:
+        raise NotImplementedError
+
+    def finish_training(self, val_metrics: dict[str, float]) -> dict[str, float]:
+        return val_metrics
+
     def checkpoint_engines(self) -> dict:
         raise NotImplementedError
 

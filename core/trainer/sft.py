@@ -26,7 +26,6 @@ from core.tracking.profiler import step_profiler
 from core.trainer.metrics import SUMMED_OVER_RANKS, FlopsShape, peak_flops, update_throughput_metrics
 from core.trainer.run import TrainingRun
 from core.trainer.sft_setup import build_sft_components, check_sft_config, check_sft_file, sft_plan
-from core.trainer.signals import deferred_stop
 
 VAL_ROWS = 256  # held-out examples per forward call (the engine micro-batches each call)
 
@@ -53,25 +52,13 @@ class SFTTrainer(TrainingRun):
         """The engine's loss function (log_probs, entropy, micro, num_tokens, num_seqs) -> (loss, metrics)."""
         return make_sft_loss(self.config.actor.loss_agg_mode, self.config.data.max_response_length)
 
-    def fit(self) -> dict[str, float]:
-        total, save_freq = self.config.trainer.total_steps, self.config.trainer.save_freq
-        with self.tracking, deferred_stop(self.where_stopped) as stop_request:
-            first_step, val_metrics = self.before_first_step()
-            for step in range(first_step, total + 1):
-                self.stop_if_signalled(stop_request, last_step=step - 1)  # SIGTERM/SIGINT (signals.py)
-                self.global_step, self.timings, self.step_metrics = step, {}, {}
-                with step_profiler(self.config, step, self.world.rank, self.timings), timed("step", self.timings):
-                    with timed("data", self.timings):
-                        batch = next(self.train_loader)
-                    with timed("update_actor", self.timings):
-                        metrics = self.train_step(batch)
-                self.log_step(step, batch, metrics)
-                if self._due(step, self.config.trainer.test_freq, total):
-                    val_metrics = self.validate(step)
-                if self._due(step, save_freq, total):
-                    self.save_checkpoint(step)
-            self.stop_if_signalled(stop_request, last_step=total)
-        return val_metrics
+    def train_one_step(self, step: int) -> None:
+        with step_profiler(self.config, step, self.world.rank, self.timings), timed("step", self.timings):
+            with timed("data", self.timings):
+                batch = next(self.train_loader)
+            with timed("update_actor", self.timings):
+                metrics = self.train_step(batch)
+        self.log_step(step, batch, metrics)
 
     def train_step(self, batch) -> dict[str, float]:
         """One optimizer step over this rank's share of the step's examples."""
