@@ -15,7 +15,8 @@ TINY = "results/leaderboard/gsm8k_smollm2"
 BOARDS = [TINY, *(f"results/leaderboard/{name}" for name in (
     "gsm8k_coder", "sglang_gsm8k", "gsm8k_grpo_long", "reasoning_gym", "reasoning_gym_long", "reasoning_gym_open",
     "reasoning_gym_open_long", "reasoning_gym_open_80", "reasoning_gym_open_160", "reasoning_gym_open_schedules",
-    "reasoning_gym_open_coder", "reasoning_gym_open_coder_lr2e-5")), "results/tool_use"]
+    "reasoning_gym_open_coder", "reasoning_gym_open_coder_lr2e-5", "gsm8k_coder_lr5e-6", "gsm8k_coder_t1.0",
+    "gsm8k_coder_mb16", "gsm8k_coder_t1.0_mb16")), "results/tool_use"]
 
 
 @pytest.mark.parametrize("board", BOARDS)

@@ -274,6 +274,16 @@ def test_gpu_time_is_split_among_the_processes_sharing_it():
     assert report.fair_share(10, 20, [(0, 100)]) == (10, 1)
 
 
+def test_gpu_time_is_divided_by_nvidia_smis_count_where_it_lists_more_than_the_invocations_jobs():
+    """Another invocation's two jobs share the GPU from t=40 (nvidia-smi lists 3 processes), then leave at 70
+    (it lists 1): [0, 40) alone, [40, 70) a third, [70, 100) alone = 40 + 10 + 30 s; the invocation's own share
+    stays 1. A reading lower than the own jobs' count never raises the charge."""
+    seconds, most = report.fair_share(0, 100, [(0, 100)], [(10, 1), (40, 3), (70, 1)])
+    assert seconds == pytest.approx(40 + 30 / 3 + 30) and most == 1
+    seconds, _ = report.fair_share(0, 100, [(0, 100), (0, 100)], [(5, 1)])  # own 2 > nvidia-smi's 1
+    assert seconds == pytest.approx(50)
+
+
 def test_a_rerun_skips_what_the_store_holds_and_a_crashed_pretrained_eval_is_discarded(tmp_path, monkeypatch):
     import mlflow
     from mlflow.entities import Metric, Param

@@ -24,10 +24,11 @@ def test_compute_processes_are_counted_per_gpu_and_raise_each_job_s_most(tmp_pat
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     counts = compute_process_counts()
     assert counts == {"0": 3, "1": 1}
-    jobs = [SimpleNamespace(gpu="0", gpu_processes_seen=1), SimpleNamespace(gpu="1", gpu_processes_seen=2),
-            SimpleNamespace(gpu="0,1", gpu_processes_seen=0)]
-    note_gpu_processes(jobs, counts)
+    jobs = [SimpleNamespace(gpu=gpu, gpu_processes_seen=seen, gpu_process_readings=[])
+            for gpu, seen in (("0", 1), ("1", 2), ("0,1", 0))]
+    note_gpu_processes(jobs, counts, 123.0)
     assert [job.gpu_processes_seen for job in jobs] == [3, 2, 3]  # never lowered; a two-GPU job: its busiest
+    assert [job.gpu_process_readings for job in jobs] == [[(123.0, 3)], [(123.0, 1)], [(123.0, 3)]]
 
 
 def test_no_nvidia_smi_reads_nothing(tmp_path, monkeypatch):

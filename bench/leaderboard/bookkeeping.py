@@ -27,6 +27,7 @@ from core.leaderboard.export import (
     AFTER_EVAL_TAG,
     DEVICE_TAG,
     EVAL_STAGE_TAG,
+    GPU_CHARGE_TAG,
     GPU_PROCESSES_TAG,
     GPU_SECONDS_TAG,
     GPU_SHARE_TAG,
@@ -85,17 +86,28 @@ def discard_before_evals(uri: str, experiment: str, since: float) -> int:
     return len(runs)
 
 
-def fair_share(start: float, end: float, intervals: list[tuple[float, float]]) -> tuple[float, int]:
-    """GPU-seconds of [start, end] when at each moment the GPU is split evenly among the `intervals`
-    (processes) covering it; and the most processes at once."""
-    points = sorted({start, end, *(t for interval in intervals for t in interval if start < t < end)})
+def fair_share(start: float, end: float, intervals: list[tuple[float, float]],
+               readings: list[tuple[float, int]] = ()) -> tuple[float, int]:
+    """GPU-seconds of [start, end] when at each moment the GPU is split evenly among its processes; and the most
+    of the invocation's own at once. The processes at a moment: the `intervals` (the invocation's own jobs)
+    covering it, or the latest nvidia-smi reading's count (time, processes) before it when that is higher, as when
+    another invocation's or a user's jobs share the GPU."""
+    times = {t for interval in intervals for t in interval} | {t for t, _ in readings}
+    points = sorted({start, end, *(t for t in times if start < t < end)})
     seconds, most = 0.0, 0
     for low, high in zip(points, points[1:]):
         middle = (low + high) / 2
-        count = sum(1 for begin, finish in intervals if begin <= middle < finish)
+        own = sum(1 for begin, finish in intervals if begin <= middle < finish)
+        count = max(own, _reading_at(readings, middle))
         seconds += (high - low) / max(count, 1)
-        most = max(most, count)
+        most = max(most, own)
     return seconds, most
+
+
+def _reading_at(readings: list[tuple[float, int]], moment: float) -> int:
+    """The count of the latest reading taken at or before `moment` (0 before the first)."""
+    earlier = [(t, n) for t, n in readings if t <= moment]
+    return max(earlier)[1] if earlier else 0
 
 
 def tag_gpu_time(uri: str, job, same_gpu: list, device: str) -> None:
@@ -107,11 +119,13 @@ def tag_gpu_time(uri: str, job, same_gpu: list, device: str) -> None:
     info = client.get_run(run_id).info
     now = time.time()
     seconds, most = fair_share(info.start_time / 1000, (info.end_time or now * 1000) / 1000,
-                               [(other.started, other.ended or now) for other in same_gpu])
+                               [(other.started, other.ended or now) for other in same_gpu], job.gpu_process_readings)
     seconds *= len(job.gpu.split(","))  # a disaggregated job holds all its GPUs
     tags = {GPU_SECONDS_TAG: f"{seconds:.1f}", GPU_SHARE_TAG: str(most), DEVICE_TAG: device}
     if job.gpu_processes_seen:  # 0: no nvidia-smi reading (a CPU job, or none taken)
         tags[GPU_PROCESSES_TAG] = str(job.gpu_processes_seen)
+    if job.gpu_process_readings:
+        tags[GPU_CHARGE_TAG] = "nvidia-smi"
     for key, value in tags.items():
         client.set_tag(run_id, key, value)
 

@@ -83,9 +83,11 @@ def compute_process_counts() -> dict[str, int]:
     return counts
 
 
-def note_gpu_processes(running: list, counts: dict[str, int]) -> None:
-    """Raise each running job's `gpu_processes_seen` to what nvidia-smi lists on its GPUs now (a disaggregated
-    job's busiest one)."""
+def note_gpu_processes(running: list, counts: dict[str, int], now: float) -> None:
+    """Keep what nvidia-smi lists on each running job's GPUs now (a disaggregated job's busiest one): the reading
+    with its time, for the job's GPU charge, and the most it has seen."""
     for job in running:
         seen = [counts[gpu] for gpu in job.gpu.split(",") if gpu in counts]
+        if seen:
+            job.gpu_process_readings.append((now, max(seen)))
         job.gpu_processes_seen = max([job.gpu_processes_seen, *seen])

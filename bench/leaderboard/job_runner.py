@@ -51,6 +51,7 @@ class Job:
     killed_by_driver: bool = False  # past its hard limit (stop)
     error: str | None = None        # a crash's cause where its log names none
     gpu_processes_seen: int = 0     # the most compute processes nvidia-smi listed on its GPU(s) while it ran
+    gpu_process_readings: list = field(default_factory=list)  # (time, count) of each nvidia-smi reading, for its charge
     tool: bool = False              # a tool suite's job with the tool (tool_modes.py)
     eval_model: str | None = None   # its evaluations' eval_model tag, when not the model's own (the tool's label)
     model: str | None = None        # its starting point when not --model: the SFT model's dir (sft_stage.py)
@@ -132,7 +133,7 @@ def run_jobs(jobs: list[Job], args, out: Path, uri: str, gpus: list[str], comman
         host.sample()
         if running and time.time() - processes_read >= PROCESS_READ_S:
             processes_read = time.time()
-            note_gpu_processes(running, compute_process_counts())
+            note_gpu_processes(running, compute_process_counts(), processes_read)
         for job in [job for job in running if job.process.poll() is not None]:
             running.remove(job)
             finish_job(job, jobs, out, uri, devices, SUITES[args.suite].experiment, host)

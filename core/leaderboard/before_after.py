@@ -24,7 +24,7 @@ from core.leaderboard.eval_columns import (
     param_number,
     scored_sources,
 )
-from core.leaderboard.export import AFTER_EVAL_TAG, GPU_PROCESSES_TAG, LeaderboardError, check_unique_seeds
+from core.leaderboard.export import AFTER_EVAL_TAG, GPU_CHARGE_TAG, GPU_PROCESSES_TAG, LeaderboardError, check_unique_seeds
 from core.leaderboard.rank_basis import basis_samples, section_bases
 from core.leaderboard.ranking import rank_by_significance
 from core.leaderboard.ranks_by_step import ranks_by_step_lines
@@ -296,7 +296,7 @@ def _intro(rows: list[RecipeRow]) -> list[str]:
                      + (_sharing(max(shares)) if shares else "") + (_processes_seen(max(seen)) if seen else "")
                      + "*GPU-min*: the run's training wall time (MLflow run start to end: model and engine start, "
                        "training, validation; not the final evaluation), each moment divided by the number of "
-                       "processes on its GPU then. *s/step*: mean `timing_s/step`"
+                       f"processes on its GPU then ({_charge_basis(runs)}). *s/step*: mean `timing_s/step`"
                      + (", measured while sharing." if shares and max(shares) > 1 else "."))
     if any(run.get("tags", {}).get("stopped_by_budget") for run in runs):
         lines.append("- *steps*: a run stopped on purpose by its time budget counts in its row's figures with the "
@@ -445,7 +445,20 @@ def _processes_seen(most: int) -> str:
             "ran, anyone's. ")
 
 
+def _charge_basis(runs: list[dict]) -> str:
+    """Whose processes divided the runs' GPU time: runs charged before nvidia-smi's readings entered it counted
+    their invocation's own jobs only."""
+    charged = [run for run in runs if run.get("tags", {}).get("gpu_seconds")]
+    by_smi = [run for run in charged if run["tags"].get(GPU_CHARGE_TAG) == "nvidia-smi"]
+    if charged and len(by_smi) == len(charged):
+        return "its invocation's jobs, or nvidia-smi's count where it listed more"
+    if by_smi:
+        return (f"its invocation's jobs; for the runs tagged `{GPU_CHARGE_TAG}=nvidia-smi`, nvidia-smi's count "
+                "where it listed more")
+    return "its invocation's jobs"
+
+
 def _sharing(most: int) -> str:
     if most == 1:
-        return "each training run had its device to itself. "
+        return "no other job of its invocation shared a training run's device. "
     return f"up to {most} processes (training runs and evaluations) shared one device at once. "

@@ -80,6 +80,7 @@ STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps
 GPU_SECONDS_TAG = "gpu_seconds"     # the GPU time the run is charged with, when runs share GPUs
 GPU_SHARE_TAG = "gpu_share"         # the most processes of the run's own invocation that shared its GPU at once
 GPU_PROCESSES_TAG = "gpu_processes_seen"  # the most compute processes nvidia-smi listed on its GPU, anyone's
+GPU_CHARGE_TAG = "gpu_charge"       # "nvidia-smi": gpu_seconds divided by nvidia-smi's count where it was higher
 DEVICE_TAG = "device"               # the GPU's name
 AFTER_EVAL_TAG = "after_eval"       # pending (set before training) | done (every `after` evaluation logged)
 MODEL_SHA_TAG = "model_sha256"      # the pretrained model file a run or evaluation started from (core/models/identity.py)
