@@ -229,3 +229,17 @@ def test_a_source_archive_names_its_commit_outside_a_checkout(tmp_path):
     spec.loader.exec_module(unpacked)
     assert unpacked.archive_commit() == head.stdout.strip()
     assert archive_commit() is None  # this checkout: the placeholder, and git answers
+
+
+def test_memory_metrics_are_the_cuda_peaks_in_gib_and_absent_on_a_cpu(monkeypatch):
+    """No GPU here: the CUDA allocator's counters are monkeypatched (a mock, said so) to check the units and names;
+    the unpatched call checks that a CPU run logs no memory keys rather than zeros."""
+    from core.trainer.metrics import memory_metrics
+
+    if not torch.cuda.is_available():
+        assert memory_metrics() == {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 3 * 2**30)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 4.5 * 2**30)
+    assert memory_metrics() == {"perf/max_memory_allocated_gb": 3.0, "perf/max_memory_reserved_gb": 4.5}

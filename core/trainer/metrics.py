@@ -44,6 +44,15 @@ def throughput_metrics(batch: Batch, step_seconds: float) -> dict[str, float]:
     }
 
 
+def memory_metrics() -> dict[str, float]:
+    """This process's CUDA memory peaks since it started, under verl's names (its FSDP workers log them with
+    each actor update): what a micro-batch budget or a colocated engine's share is sized against. None on a CPU."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {"perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
+            "perf/max_memory_reserved_gb": torch.cuda.max_memory_reserved() / 2**30}
+
+
 # Counts that add up over ranks; every other metric is averaged. `rollout/baseline_tokens`: tokens a recipe
 # generates beside the trained samples (ReMax's greedy baseline), where it logs them.
 SUMMED_OVER_RANKS = ("perf/total_num_tokens", "rollout/generated_tokens", "rollout/baseline_tokens",

@@ -28,6 +28,7 @@ from core.models.random_init import build_causal_lm, build_value_model
 from core.rollout.base import SamplingParams, generate_rollout
 from core.rollout.build import build_rollout
 from core.trainer.checkpoint_export import policy_model_path
+from core.trainer.metrics import memory_metrics
 from core.trainer.start_record import start_phase
 from core.trainer.weight_stream import WeightGroup
 
@@ -96,7 +97,7 @@ class ActorRolloutRefWorker:
         metrics = self.actor.update(batch, self.actor_loss, mini_batch_size=mini_batch_rows(self.config, self.world),
                                     epochs=self.config.actor.ppo_epochs,
                                     temperature=self.config.rollout.temperature or 1.0)
-        return metrics | self.actor_loss.logprob_drift.pop()
+        return metrics | self.actor_loss.logprob_drift.pop() | memory_metrics()
 
     def sync_weights(self) -> None:
         """The trained policy into the rollout engine: full (or LoRA-merged) weights, or with
