@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from bench.common.results_page import table_header
+from bench.leaderboard.gpus import fair_share
 from bench.leaderboard.left_out import left_out_lines, left_out_runs, stopped_too_short
 from bench.leaderboard.suites import SUITES
 from core.leaderboard.board import TINY_EXPORT, build_leaderboard, write_leaderboard
@@ -84,30 +85,6 @@ def discard_before_evals(uri: str, experiment: str, since: float) -> int:
     for run in runs:
         client.delete_run(run.info.run_id)
     return len(runs)
-
-
-def fair_share(start: float, end: float, intervals: list[tuple[float, float]],
-               readings: list[tuple[float, int]] = ()) -> tuple[float, int]:
-    """GPU-seconds of [start, end] when at each moment the GPU is split evenly among its processes; and the most
-    of the invocation's own at once. The processes at a moment: the `intervals` (the invocation's own jobs)
-    covering it, or the latest nvidia-smi reading's count (time, processes) before it when that is higher, as when
-    another invocation's or a user's jobs share the GPU."""
-    times = {t for interval in intervals for t in interval} | {t for t, _ in readings}
-    points = sorted({start, end, *(t for t in times if start < t < end)})
-    seconds, most = 0.0, 0
-    for low, high in zip(points, points[1:]):
-        middle = (low + high) / 2
-        own = sum(1 for begin, finish in intervals if begin <= middle < finish)
-        count = max(own, _reading_at(readings, middle))
-        seconds += (high - low) / max(count, 1)
-        most = max(most, own)
-    return seconds, most
-
-
-def _reading_at(readings: list[tuple[float, int]], moment: float) -> int:
-    """The count of the latest reading taken at or before `moment` (0 before the first)."""
-    earlier = [(t, n) for t, n in readings if t <= moment]
-    return max(earlier)[1] if earlier else 0
 
 
 def tag_gpu_time(uri: str, job, same_gpu: list, device: str) -> None:

@@ -1,5 +1,5 @@
-"""The leaderboard driver's GPUs (`recipezoo leaderboard run --gpus`): which ids, their names, and where the next
-job goes. Only nvidia-smi is asked, never torch: the driver must not hold a CUDA context on any GPU its jobs use.
+"""The leaderboard driver's GPUs (`recipezoo leaderboard run --gpus`): which ids, their names, where the next
+job goes, and each run's share of its GPU's time. Only nvidia-smi is asked, never torch: the driver must not hold a CUDA context on any GPU its jobs use.
 """
 
 from __future__ import annotations
@@ -91,3 +91,27 @@ def note_gpu_processes(running: list, counts: dict[str, int], now: float) -> Non
         if seen:
             job.gpu_process_readings.append((now, max(seen)))
         job.gpu_processes_seen = max([job.gpu_processes_seen, *seen])
+
+
+def fair_share(start: float, end: float, intervals: list[tuple[float, float]],
+               readings: list[tuple[float, int]] = ()) -> tuple[float, int]:
+    """GPU-seconds of [start, end] when at each moment the GPU is split evenly among its processes; and the most
+    of the invocation's own at once. The processes at a moment: the `intervals` (the invocation's own jobs)
+    covering it, or the latest nvidia-smi reading's count (time, processes) before it when that is higher, as when
+    another invocation's or a user's jobs share the GPU."""
+    times = {t for interval in intervals for t in interval} | {t for t, _ in readings}
+    points = sorted({start, end, *(t for t in times if start < t < end)})
+    seconds, most = 0.0, 0
+    for low, high in zip(points, points[1:]):
+        middle = (low + high) / 2
+        own = sum(1 for begin, finish in intervals if begin <= middle < finish)
+        count = max(own, _reading_at(readings, middle))
+        seconds += (high - low) / max(count, 1)
+        most = max(most, own)
+    return seconds, most
+
+
+def _reading_at(readings: list[tuple[float, int]], moment: float) -> int:
+    """The count of the latest reading taken at or before `moment` (0 before the first)."""
+    earlier = [(t, n) for t, n in readings if t <= moment]
+    return max(earlier)[1] if earlier else 0
