@@ -242,7 +242,8 @@ def test_tagged_eval_runs_in_a_file_store_make_the_section(tmp_path, monkeypatch
                                                  "stopped_by_budget": "time: after step 2 of 3"}).info.run_id
     client.log_batch(run_id, metrics=[Metric(key, value, 0, step) for step in (1, 2) for key, value in (
         ("critic/score/mean", 0.1 * step), ("rollout/sampled_tokens", 50.0), ("timing_s/step", 2.0),
-        ("rollout/logprob_diff/mean", 0.01 * step), ("rollout/logprob_diff/max", 0.5 / step))],
+        ("rollout/logprob_diff/mean", 0.01 * step), ("rollout/logprob_diff/max", 0.5 / step),
+        ("perf/max_memory_allocated_gb", 10.0 + step))],
         params=[Param("model.path", MODEL), Param("trainer.seed", "0"), Param("reward.format_score", "0.1")])
     client.set_terminated(run_id)
     common = ["--reward-manager", "naive", "--mlflow-uri", uri, "--experiment", "gsm8k-leaderboard",
@@ -264,7 +265,8 @@ def test_tagged_eval_runs_in_a_file_store_make_the_section(tmp_path, monkeypatch
     assert "| grpo | 1 | — | 0.333 → 0.667 ± n/a | 0.333 → 1.000 ± n/a | 2 (1 stopped) | 100 |" in markdown
     # per-step means 0.01, 0.02 -> 0.015; maxes 0.5, 0.25 -> 0.5
     assert run["logprob_diff"] == {"mean": 0.015, "max": 0.5}
-    assert "2.0 (2.0 after step 1); rollout/logprob_diff mean 0.015, max 0.50 |" in markdown
+    assert run["peak_memory_gib"] == 12.0  # the peak over the run's steps
+    assert "2.0 (2.0 after step 1); rollout/logprob_diff mean 0.015, max 0.50; peak memory 12.0 GiB |" in markdown
 
     # Merged with the committed tiny-task export: its table is untouched, the section follows it.
     tiny = load_export(REPO / "results" / "leaderboard" / "gsm8k_smollm2" / "tiny_runs.json")

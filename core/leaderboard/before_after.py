@@ -318,7 +318,7 @@ def _details(section: BeforeAfter, rows: list[RecipeRow]) -> list[str]:
 
 def _stage_text(run: dict) -> str:
     """`9.6: gen 3.2, old_log_prob 2.3, ...`: the mean step and the stages that took it (exports without: —), then
-    the engine's log-prob error against the trainer where the run logged it."""
+    the engine's log-prob error against the trainer and the trainer's CUDA peak where the run logged them."""
     if run.get("step_seconds") is None:
         return "—"
     stages = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in (run.get("stage_seconds") or {}).items()
@@ -327,7 +327,8 @@ def _stage_text(run: dict) -> str:
     mean = f"{run['step_seconds']:.1f}" + ("" if steady is None else f" ({steady:.1f} after step 1)")
     diff = run.get("logprob_diff")
     logprobs = f"; rollout/logprob_diff mean {diff['mean']:.3f}, max {diff['max']:.2f}" if diff else ""
-    return mean + (f": {stages}" if stages else "") + logprobs
+    peak = f"; peak memory {run['peak_memory_gib']:.1f} GiB" if run.get("peak_memory_gib") is not None else ""
+    return mean + (f": {stages}" if stages else "") + logprobs + peak
 
 
 def section_ranking(rows: list[RecipeRow], columns: list[EvalColumn]):

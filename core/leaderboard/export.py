@@ -74,6 +74,7 @@ STAGE_TIME_PREFIX = "timing_s/"
 STEP_TIME_KEY = STAGE_TIME_PREFIX + "step"
 # |rollout engine's log-prob − trainer's| per token, one mean and one max per step (engines that return log-probs).
 LOGPROB_DIFF_PREFIX = "rollout/logprob_diff/"
+PEAK_MEMORY_KEY = "perf/max_memory_allocated_gb"  # core/trainer/metrics.py memory_metrics
 TURN_GAP_KEYS = ("first_turn_mean", "later_turns_mean")  # under LOGPROB_DIFF_PREFIX (core/trainer/metrics.py)
 # Tags a benchmark driver sets on a training run (bench/leaderboard/driver.py):
 STOPPED_TAG = "stopped_by_budget"   # why a run ended before trainer.total_steps, e.g. "time: after step 17 of 25"
@@ -222,6 +223,9 @@ def _export_run(client, run) -> dict:
         "stage_seconds": {stage: round(sum(v for _, v in points) / len(points), 3)
                           for stage, points in stages.items() if points and any(v > 0 for _, v in points)},
         "logprob_diff": _logprob_diff(history, metrics),
+        # The trainer process's CUDA peak over the run (the metric is the peak since its start; GPU runs only).
+        **({"peak_memory_gib": round(max(v for _, v in history(PEAK_MEMORY_KEY)), 2)} if PEAK_MEMORY_KEY in metrics
+           else {}),
         "tags": {key: tags[key] for key in BENCH_TAGS if key in tags},
         "params": {key: params.get(key) for key in EXPORTED_PARAMS},
         "final": final,
