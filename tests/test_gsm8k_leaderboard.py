@@ -239,7 +239,8 @@ def test_tagged_eval_runs_in_a_file_store_make_the_section(tmp_path, monkeypatch
     client = mlflow.MlflowClient(uri)
     experiment = client.create_experiment("gsm8k-leaderboard")
     run_id = client.create_run(experiment, tags={"recipe": "grpo", "seed": "0", "after_eval": "done",
-                                                 "stopped_by_budget": "time: after step 2 of 3"}).info.run_id
+                                                 "stopped_by_budget": "time: after step 2 of 3", "gpu_seconds": "90.0",
+                                                 "gpu_share": "1", "gpu_charge": "nvidia-smi"}).info.run_id
     client.log_batch(run_id, metrics=[Metric(key, value, 0, step) for step in (1, 2) for key, value in (
         ("critic/score/mean", 0.1 * step), ("rollout/sampled_tokens", 50.0), ("timing_s/step", 2.0),
         ("rollout/logprob_diff/mean", 0.01 * step), ("rollout/logprob_diff/max", 0.5 / step),
@@ -259,13 +260,15 @@ def test_tagged_eval_runs_in_a_file_store_make_the_section(tmp_path, monkeypatch
     export = export_runs(uri, "gsm8k-leaderboard")
     (run,) = export["runs"]
     assert run["sampled_tokens"] == 100 and run["step_seconds"] == 2.0 and run["steps"] == 2
-    assert run["tags"] == {"after_eval": "done", "stopped_by_budget": "time: after step 2 of 3"}
+    assert run["tags"] == {"after_eval": "done", "stopped_by_budget": "time: after step 2 of 3", "gpu_seconds": "90.0",
+                           "gpu_share": "1", "gpu_charge": "nvidia-smi"}
     assert run["params"]["reward.format_score"] == "0.1"
     markdown = render_markdown(build_leaderboard(export), "x/runs.json", "x")
     assert "| grpo | 1 | — | 0.333 → 0.667 ± n/a | 0.333 → 1.000 ± n/a | 2 (1 stopped) | 100 |" in markdown
     # per-step means 0.01, 0.02 -> 0.015; maxes 0.5, 0.25 -> 0.5
     assert run["logprob_diff"] == {"mean": 0.015, "max": 0.5}
     assert run["peak_memory_gib"] == 12.0  # the peak over the run's steps
+    assert "processes on its GPU then (its invocation's jobs, or nvidia-smi's count where it listed more)" in markdown
     assert "2.0 (2.0 after step 1); rollout/logprob_diff mean 0.015, max 0.50; peak memory 12.0 GiB |" in markdown
 
     # Merged with the committed tiny-task export: its table is untouched, the section follows it.

@@ -1,5 +1,6 @@
 """The leaderboard driver's GPUs (`recipezoo leaderboard run --gpus`): which ids, their names, where the next
-job goes, and each run's share of its GPU's time. Only nvidia-smi is asked, never torch: the driver must not hold a CUDA context on any GPU its jobs use.
+job goes, and each run's share of its GPU's time. Only nvidia-smi is asked, never torch: the driver must not hold a
+CUDA context on any GPU its jobs use.
 """
 
 from __future__ import annotations

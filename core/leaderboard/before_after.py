@@ -24,7 +24,13 @@ from core.leaderboard.eval_columns import (
     param_number,
     scored_sources,
 )
-from core.leaderboard.export import AFTER_EVAL_TAG, GPU_CHARGE_TAG, GPU_PROCESSES_TAG, LeaderboardError, check_unique_seeds
+from core.leaderboard.export import (
+    AFTER_EVAL_TAG,
+    GPU_CHARGE_TAG,
+    GPU_PROCESSES_TAG,
+    LeaderboardError,
+    check_unique_seeds,
+)
 from core.leaderboard.rank_basis import basis_samples, section_bases
 from core.leaderboard.ranking import rank_by_significance
 from core.leaderboard.ranks_by_step import ranks_by_step_lines

@@ -87,8 +87,8 @@ AFTER_EVAL_TAG = "after_eval"       # pending (set before training) | done (ever
 MODEL_SHA_TAG = "model_sha256"      # the pretrained model file a run or evaluation started from (core/models/identity.py)
 SFT_RUN_TAG = "sft_run"            # a run from an SFT model: the SFT run (bench/leaderboard/sft_first.py)
 SFT_BASE_SHA_TAG = "sft_base_model_sha256"  # ... and the model file that SFT run started from
-BENCH_TAGS = (AFTER_EVAL_TAG, DEVICE_TAG, GPU_SECONDS_TAG, GPU_SHARE_TAG, GPU_PROCESSES_TAG, STOPPED_TAG, MODEL_SHA_TAG,
-              SFT_RUN_TAG, SFT_BASE_SHA_TAG)
+BENCH_TAGS = (AFTER_EVAL_TAG, DEVICE_TAG, GPU_SECONDS_TAG, GPU_SHARE_TAG, GPU_PROCESSES_TAG, GPU_CHARGE_TAG, STOPPED_TAG,
+              MODEL_SHA_TAG, SFT_RUN_TAG, SFT_BASE_SHA_TAG)
 
 
 class LeaderboardError(ValueError):
