@@ -39,6 +39,7 @@ from bench.leaderboard import driver, job_runner  # noqa: E402
 from bench.leaderboard import job as worker  # noqa: E402
 from bench.leaderboard.gpus import fair_share  # noqa: E402
 from bench.leaderboard.left_out import left_out_lines  # noqa: E402
+from bench.leaderboard.table_readme import render_readme  # noqa: E402
 
 NAME = "SmolLM2-135M-Instruct"
 
@@ -259,7 +260,7 @@ def test_the_readme_says_which_runs_of_each_invocation_count():
                                     job("rloo-seed0", "crashed", "r0"), job("dapo-seed0", "skipped", None)]),
                    record("day 2", [job("grpo-seed1", "stopped", "t1")], counted=False),
                    record("day 3", [job("ppo-seed0", "done", "new")])]
-    text = report.render_readme(invocations, {"g0", "new"}, "recipezoo leaderboard report --from-export runs.json --out .")
+    text = render_readme(invocations, {"g0", "new"}, "recipezoo leaderboard report --from-export runs.json --out .")
     rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[1]
             for line in text.splitlines() if line.startswith("| day")}
     assert rows == {"day 1": "1 of 3", "day 2": "timings only", "day 3": "1 of 1"}

@@ -19,10 +19,10 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.common.results_page import table_header
 from bench.leaderboard.gpus import fair_share
 from bench.leaderboard.left_out import left_out_lines, left_out_runs, stopped_too_short
 from bench.leaderboard.suites import SUITES
+from bench.leaderboard.table_readme import render_readme
 from core.leaderboard.board import TINY_EXPORT, build_leaderboard, write_leaderboard
 from core.leaderboard.export import (
     AFTER_EVAL_TAG,
@@ -280,15 +280,7 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     if table:
         suite = dataclasses.replace(suite, results_dir=table, own_leaderboard=True, board_dir=None, board_exports=())
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
-    records = {}
-    for folder in [*folders, *timing_only]:
-        for path in sorted((folder / "invocations").glob("*.json")):
-            record = with_crash_reasons(json.loads(path.read_text()), folder)  # older records: from their logs
-            record["counted"] = record.get("counted", True) and folder not in timing_only
-            name = path.name
-            if name in records and records[name]["command"] != record["command"]:  # older names: the second only
-                name = f"{path.stem}-{folder.name}{path.suffix}"
-            records[name] = record
+    records = merged_invocation_records(folders, timing_only)
     exports = [export_runs((folder / "mlruns").resolve().as_uri(), suite.experiment) if (folder / "mlruns").is_dir()
                else load_export(folder / "runs.json") for folder in folders]
     found = merge_exports(exports)
@@ -306,14 +298,7 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     except LeaderboardError as error:
         print(f"recipezoo leaderboard: {error}", flush=True)
         return 1
-    save_export(merged, target / "runs.json")
-    (target / "invocations").mkdir(parents=True, exist_ok=True)
-    for name, record in records.items():
-        (target / "invocations" / name).write_text(json.dumps(record, indent=2) + "\n")
-    for folder in timing_only:  # their runs' stage times, which the invocation records do not hold
-        if (folder / "runs.json").is_file():
-            (target / "timings").mkdir(exist_ok=True)
-            shutil.copyfile(folder / "runs.json", target / "timings" / f"{folder.name}.json")
+    write_table_records(target, merged, records, timing_only)
     invocations = [records[name] for name in sorted(records)]
     counted_ids = {run["run_id"] for run in merged["runs"]}
     sources = [*others, target / "runs.json"]
@@ -330,6 +315,32 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     written = write_leaderboard(merge_exports([load_export(path) for path in sources]), board_dir, export_path=shown)
     print("wrote " + ", ".join(str(path) for path in [target / "runs.json", target / "README.md", *written]), flush=True)
     return 0
+
+
+def merged_invocation_records(folders: list[Path], timing_only: list[Path]) -> dict[str, dict]:
+    """file name -> the invocation record of every --out dir, `counted` False for the timing-only dirs' ones."""
+    records = {}
+    for folder in [*folders, *timing_only]:
+        for path in sorted((folder / "invocations").glob("*.json")):
+            record = with_crash_reasons(json.loads(path.read_text()), folder)  # older records: from their logs
+            record["counted"] = record.get("counted", True) and folder not in timing_only
+            name = path.name
+            if name in records and records[name]["command"] != record["command"]:  # older names: the second only
+                name = f"{path.stem}-{folder.name}{path.suffix}"
+            records[name] = record
+    return records
+
+
+def write_table_records(target: Path, merged: dict, records: dict[str, dict], timing_only: list[Path]) -> None:
+    """The table's runs.json and invocations/, and the timing-only dirs' exports under timings/."""
+    save_export(merged, target / "runs.json")
+    (target / "invocations").mkdir(parents=True, exist_ok=True)
+    for name, record in records.items():
+        (target / "invocations" / name).write_text(json.dumps(record, indent=2) + "\n")
+    for folder in timing_only:  # their runs' stage times, which the invocation records do not hold
+        if (folder / "runs.json").is_file():
+            (target / "timings").mkdir(exist_ok=True)
+            shutil.copyfile(folder / "runs.json", target / "timings" / f"{folder.name}.json")
 
 
 def pretrained_evaluations(export_path: Path) -> list[dict]:
@@ -356,104 +367,6 @@ def _relative(path: Path) -> str:
         return path.resolve().relative_to(Path.cwd()).as_posix()
     except ValueError:
         return str(path)
-
-
-def _model_line(record: dict) -> str:
-    source = record.get("model_source")
-    if not source:
-        return f"- Model: `{record['model']}`."
-    return (f"- Model: `{record['model']}`: `{source['gguf_file']}` of `{source['package']}=={source['version']}` "
-            f"({source['license']}, sha256 {source['gguf_sha256'][:12]}…, fetched from {source['fetched_from']}), "
-            "dequantized to fp32 by `recipezoo fetch-model`; the trainer keeps fp32 master weights with bf16 compute "
-            "on a GPU, vLLM runs bf16.")
-
-
-def _sft_line(sft: dict) -> str:
-    """Where the `sft+<recipe>` rows start: an SFT run's weights, a model file of their own."""
-    return (f"- SFT model (rows `sft+<recipe>`, section `{sft['base_model']} + SFT run {sft['sft_run_id'][:8]}`): "
-            f"`recipezoo {sft['sft_command']}` (MLflow run {sft['sft_run_id']}, experiment `sft`) from "
-            f"`{sft['base_model']}` (sha256 {sft['base_model_sha256'][:12]}…), exported by `recipezoo merge`; its "
-            f"weights' sha256 {sft['sft_model_sha256'][:12]}… tags those rows' runs.")
-
-
-def _seconds(value) -> str:
-    return "—" if value is None else format_duration(value)
-
-
-def render_readme(invocations: list[dict], counted_ids: set[str], regenerate: str, suite=None,
-                  before_from: str | None = None, left_out: list[str] = (), reasons: dict[str, str] | None = None,
-                  board: str = "`leaderboard.md` here") -> str:
-    """How the committed runs were made: every invocation's command, device and jobs; `counted_ids`: the runs in
-    `runs.json`; `regenerate`: the command that rebuilds the leaderboard from the merged export; `before_from`:
-    where the pretrained model's evaluation was taken from (--before-from), if not from these invocations;
-    `left_out` (left_out_lines) and `reasons` (left_out_runs): the runs the table leaves out, and why; `board`: where
-    the table is, in words."""
-    if suite is None or not suite.own_leaderboard:
-        lines = ["# GSM8K leaderboard from a pretrained model: how the runs were made", "",
-                 "Generated by `recipezoo leaderboard merge ...` from the records of the invocations "
-                 "below; do not edit. The results are the GSM8K section of the leaderboard built from "
-                 f"`runs.json` here (`{regenerate}` regenerates it, with `plots/curves.png`).", ""]
-    else:
-        lines = [f"# The {suite.name} leaderboard: how the runs were made", "",
-                 f"Generated by `recipezoo leaderboard merge ... --suite {suite.name}` from the records "
-                 f"of the invocations below; do not edit. The results are {board}, built from `runs.json` "
-                 f"here (`{regenerate}` regenerates it, with each pretrained model's curves under `plots/`).",
-                 ""]
-    if invocations:
-        models = {record["model"]: record for record in invocations}  # each model once, its latest record
-        lines += [_model_line(record) for _, record in sorted(models.items())]
-        lines += sorted({_sft_line(record["sft"]) for record in invocations if record.get("sft")})
-        versions = {f"{key} {value}": None
-                    for record in invocations for key, value in (record.get("versions") or {}).items()}
-        lines.append("- Versions: " + ", ".join(versions) + ".")
-    if before_from:
-        lines.append(f"- The pretrained model's evaluation (*before*): taken from {before_from} with `--before-from`, "
-                     "the same model file (the table checks its hash), not evaluated again by these invocations.")
-    lines += ["", "## Invocations", "", "Runs in the table: those of the invocation's training runs that are in "
-              "`runs.json`; a crashed run never is, nor one its time budget stopped before half its steps (it measured "
-              "another budget), nor one a later run of its recipe and seed replaced (a rerun, or one that trained more "
-              "steps). `timings only`: an invocation kept for its timings (another budget, or "
-              "settings that change the speed), none of whose runs count.", "",
-              *table_header("started", "command", "devices", "jobs per GPU", "wall time", "jobs", "runs in the table",
-                            right_aligned=("jobs per GPU", "wall time"))]
-    for record in invocations:
-        devices = ", ".join(f"{name} ({gpu})" for gpu, name in sorted(record["devices"].items())) or "CPU"
-        counts: dict[str, int] = {}
-        for job in record["jobs"]:
-            counts[job["status"]] = counts.get(job["status"], 0) + 1
-        runs = [job["run_id"] for job in record["jobs"] if job.get("run_id") and job["status"] != "skipped"]
-        in_table = (f"{sum(run in counted_ids for run in runs)} of {len(runs)}" if record.get("counted", True)
-                    else "timings only")
-        lines.append(f"| {record['started']} | `{record['command']}` | {devices} | {record['runs_per_gpu']} | "
-                     f"{_seconds(record['wall_s'])} | {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))} | "
-                     f"{in_table} |")
-    starts = ("one at a time per GPU, side by side with --engine-kv-gib"
-              if any("--engine-kv-gib" in record["command"] for record in invocations) else "one at a time per GPU")
-    lines += ["", "## Jobs", "", f"Setup: model, trainer and engine start ({starts}); s/step while sharing "
-              "the GPU, mean (in brackets: median after the first step, which also pays one-time compilation). "
-              "A crashed job is not counted; `skipped` was done by an earlier invocation; `replaced`: a later run of "
-              "its recipe and seed counts instead.", "",
-              *table_header("job", "started", "GPU", "status", "setup", "training", "steps", "s/step", "evaluation",
-                            "training run", right_aligned=("setup", "training", "steps", "s/step", "evaluation"))]
-    for record in invocations:
-        for job in record["jobs"]:
-            if job["status"] == "skipped":
-                continue
-            steps = "—" if job.get("steps") is None else str(job["steps"]) + (" (stopped)" if job.get("stopped") else "")
-            step_s = "—" if job.get("step_s") is None else f"{job['step_s']:.1f}"
-            if job.get("steady_step_s") is not None:
-                step_s += f" ({job['steady_step_s']:.1f})"
-            status = job["status"] + (f" ({job['error']})" if job.get("error") else "")
-            counted_job = record.get("counted", True) and job["status"] != "crashed" and job.get("run_id")
-            if counted_job and job["run_id"] not in counted_ids:
-                replaced = (reasons or {}).get(job["run_id"], "replaced").startswith("replaced")
-                status += ", replaced" if replaced else ", left out (below)"
-            lines.append(f"| {job['name']} | {record['started']} | {job['gpu'] or 'CPU'} | {status} | "
-                         f"{_seconds(job.get('setup_s'))} | {_seconds(job.get('train_s'))} | {steps} | {step_s} | "
-                         f"{_seconds(job.get('eval_s'))} | {job.get('run_id') or '—'} |")
-    if left_out:
-        lines += ["", "## Left out of the table", "", *left_out]
-    return "\n".join(lines) + "\n"
 
 
 def summary_line(summary: dict) -> str:
