@@ -115,24 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", metavar="RECIPE:SEED", help="exactly these pairs (overrides the two above)")
     parser.add_argument("--eval-before", action="store_true", help="also evaluate the pretrained model (one job)")
     parser.add_argument("--eval-before-only", action="store_true", help="only evaluate the pretrained model")
-    parser.add_argument("--gpus", default="auto", help="comma-separated CUDA device ids; auto: all; cpu: none")
-    parser.add_argument("--runs-per-gpu", type=int, default=2, help="jobs at once per GPU (K)")
-    parser.add_argument("--engine-memory", type=float, default=0.4, help="share of each GPU's memory for the K "
-                        "vLLM engines together (each gets 1/K of it); the rest is the trainers'")
-    parser.add_argument("--engine-kv-gib", type=float, default=None, help="each vLLM engine's KV cache, given "
-                        "(kv_cache_memory_bytes) instead of measured from the free memory: a GPU's K jobs then start "
-                        "at once, not one after another (bench/leaderboard/job.py, GpuTurns.starting)")
-    parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
-                        "stops early enough for every job to evaluate and the export to be written (0: none)")
-    parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
-    parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
-                        f"started with less time left than this, so that it trains every step (default: --reserve-s "
-                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest job of its recipe here, in --out "
-                        "or in --timings-from at the same --steps, K and GPUs (of any recipe here while none is known)")
-    parser.add_argument("--timings-from", nargs="+", default=[], metavar="DIR", help="earlier invocations' records "
-                        "(DIR/invocations/*.json, e.g. a merged results folder) whose job times judge --min-job-s too")
-    parser.add_argument("--redo-stopped", action="store_true", help="also rerun the jobs whose run in --out its time "
-                        "budget stopped before its last step (the merge keeps the run that trained more steps)")
+    add_placement_args(parser)
     parser.add_argument("--out", default=str(REPO / "outputs" / "leaderboard"))
     parser.add_argument("--data-dir", default=str(REPO / "data"), help="gsm8k/{train,test}.parquet, "
                         "math500/test.parquet, aime24/test.parquet; made with `recipezoo data` when missing")
@@ -150,14 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     evals = parser.add_argument_group("evaluation (for smoke tests; a leaderboard keeps the defaults)")
     evals.add_argument("--eval-limit", type=int, default=None, help="first N prompts of each eval set")
     evals.add_argument("--eval-max-tokens", type=int, default=None, help="cap every eval set's new tokens")
-    parser.add_argument("--merge", nargs="+", metavar="DIR", help="merge these --out dirs into --results")
-    parser.add_argument("--timing-only", nargs="+", metavar="DIR", default=[], help="with --merge: list these --out "
-                        "dirs' invocations for their timings, but keep their runs (another budget) out of the table")
-    parser.add_argument("--results", default=str(REPO / "results"), help="with --merge: the committed results dir")
-    parser.add_argument("--table", metavar="DIR", help="with --merge: a table of its own at --results/DIR (its runs.json, "
-                        "README.md and leaderboard.*), e.g. one suite from another model; default: the suite's")
-    parser.add_argument("--before-from", metavar="RUNS_JSON", help="with --merge: take the pretrained model's "
-                        "evaluation from this export (a table of another budget from the same model file)")
+    add_merge_args(parser)
     if merging and {"-h", "--help"} & set(argv):  # before --merge, which would take --help for a missing DIR
         parser.print_help()
         raise SystemExit(0)
@@ -179,6 +155,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.tool_format_chosen = None  # main decides once the data is there (tool_modes.chosen_format)
     args.sft_record = None  # main reads --sft-model's record once the model's hash is known (sft_stage.py)
     return args
+
+
+def add_placement_args(parser) -> None:
+    """Where the jobs run, how many at once, and the time they have."""
+    parser.add_argument("--gpus", default="auto", help="comma-separated CUDA device ids; auto: all; cpu: none")
+    parser.add_argument("--runs-per-gpu", type=int, default=2, help="jobs at once per GPU (K)")
+    parser.add_argument("--engine-memory", type=float, default=0.4, help="share of each GPU's memory for the K "
+                        "vLLM engines together (each gets 1/K of it); the rest is the trainers'")
+    parser.add_argument("--engine-kv-gib", type=float, default=None, help="each vLLM engine's KV cache, given "
+                        "(kv_cache_memory_bytes) instead of measured from the free memory: a GPU's K jobs then start "
+                        "at once, not one after another (bench/leaderboard/job.py, GpuTurns.starting)")
+    parser.add_argument("--time-limit-s", type=float, default=0, help="the whole invocation's wall time; training "
+                        "stops early enough for every job to evaluate and the export to be written (0: none)")
+    parser.add_argument("--reserve-s", type=float, default=120, help="seconds each job keeps for its evaluation")
+    parser.add_argument("--min-job-s", type=float, default=None, help="with --time-limit-s: a queued job is not "
+                        f"started with less time left than this, so that it trains every step (default: --reserve-s "
+                        f"+ {MIN_TRAIN_S}, enough for one step), or than the longest job of its recipe here, in --out "
+                        "or in --timings-from at the same --steps, K and GPUs (of any recipe here while none is known)")
+    parser.add_argument("--timings-from", nargs="+", default=[], metavar="DIR", help="earlier invocations' records "
+                        "(DIR/invocations/*.json, e.g. a merged results folder) whose job times judge --min-job-s too")
+    parser.add_argument("--redo-stopped", action="store_true", help="also rerun the jobs whose run in --out its time "
+                        "budget stopped before its last step (the merge keeps the run that trained more steps)")
+
+
+def add_merge_args(parser) -> None:
+    """`recipezoo leaderboard merge`: --out dirs into a committed table."""
+    parser.add_argument("--merge", nargs="+", metavar="DIR", help="merge these --out dirs into --results")
+    parser.add_argument("--timing-only", nargs="+", metavar="DIR", default=[], help="with --merge: list these --out "
+                        "dirs' invocations for their timings, but keep their runs (another budget) out of the table")
+    parser.add_argument("--results", default=str(REPO / "results"), help="with --merge: the committed results dir")
+    parser.add_argument("--table", metavar="DIR", help="with --merge: a table of its own at --results/DIR (its runs.json, "
+                        "README.md and leaderboard.*), e.g. one suite from another model; default: the suite's")
+    parser.add_argument("--before-from", metavar="RUNS_JSON", help="with --merge: take the pretrained model's "
+                        "evaluation from this export (a table of another budget from the same model file)")
 
 
 def add_budget_args(parser) -> None:
