@@ -37,7 +37,6 @@ REPO = Path(__file__).resolve().parent.parent
 from bench.leaderboard import bookkeeping as report  # noqa: E402
 from bench.leaderboard import driver, job_runner  # noqa: E402
 from bench.leaderboard import job as worker  # noqa: E402
-from bench.leaderboard.gpus import fair_share  # noqa: E402
 from bench.leaderboard.left_out import left_out_lines  # noqa: E402
 from bench.leaderboard.table_readme import render_readme  # noqa: E402
 
@@ -266,24 +265,6 @@ def test_the_readme_says_which_runs_of_each_invocation_count():
     assert rows == {"day 1": "1 of 3", "day 2": "timings only", "day 3": "1 of 1"}
     assert "| ppo-seed0 | day 1 | 0 | done, replaced |" in text and "| ppo-seed0 | day 3 | 0 | done |" in text
     assert "| rloo-seed0 | day 1 | 0 | crashed |" in text and "| grpo-seed1 | day 2 | 0 | stopped |" in text
-
-
-def test_gpu_time_is_split_among_the_processes_sharing_it():
-    # The run [0, 100]; another process on its GPU over [0, 50], a third over [25, 100]:
-    # 25 s shared by 2, 25 s by 3, 50 s by 2 = 12.5 + 8.33 + 25.
-    seconds, most = fair_share(0, 100, [(0, 100), (0, 50), (25, 100)])
-    assert seconds == pytest.approx(12.5 + 25 / 3 + 25) and most == 3
-    assert fair_share(10, 20, [(0, 100)]) == (10, 1)
-
-
-def test_gpu_time_is_divided_by_nvidia_smis_count_where_it_lists_more_than_the_invocations_jobs():
-    """Another invocation's two jobs share the GPU from t=40 (nvidia-smi lists 3 processes), then leave at 70
-    (it lists 1): [0, 40) alone, [40, 70) a third, [70, 100) alone = 40 + 10 + 30 s; the invocation's own share
-    stays 1. A reading lower than the own jobs' count never raises the charge."""
-    seconds, most = fair_share(0, 100, [(0, 100)], [(10, 1), (40, 3), (70, 1)])
-    assert seconds == pytest.approx(40 + 30 / 3 + 30) and most == 1
-    seconds, _ = fair_share(0, 100, [(0, 100), (0, 100)], [(5, 1)])  # own 2 > nvidia-smi's 1
-    assert seconds == pytest.approx(50)
 
 
 def test_a_rerun_skips_what_the_store_holds_and_a_crashed_pretrained_eval_is_discarded(tmp_path, monkeypatch):

@@ -1,10 +1,13 @@
-"""The driver's reading of nvidia-smi: every compute process on a GPU counts, whoever started it."""
+"""The driver's reading of nvidia-smi (every compute process on a GPU counts, whoever started it) and each run's
+share of its GPU's time."""
 
 import os
 import stat
 from types import SimpleNamespace
 
-from bench.leaderboard.gpus import compute_process_counts, note_gpu_processes
+import pytest
+
+from bench.leaderboard.gpus import compute_process_counts, fair_share, note_gpu_processes
 
 # What `nvidia-smi --query-gpu=uuid,index` and `--query-compute-apps=gpu_uuid,pid` print (csv,noheader) on a host
 # where GPU 0 runs two of the driver's jobs and someone else's process, and GPU 1 one process.
@@ -34,3 +37,21 @@ def test_compute_processes_are_counted_per_gpu_and_raise_each_job_s_most(tmp_pat
 def test_no_nvidia_smi_reads_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert compute_process_counts() == {}
+
+
+def test_gpu_time_is_split_among_the_processes_sharing_it():
+    # The run [0, 100]; another process on its GPU over [0, 50], a third over [25, 100]:
+    # 25 s shared by 2, 25 s by 3, 50 s by 2 = 12.5 + 8.33 + 25.
+    seconds, most = fair_share(0, 100, [(0, 100), (0, 50), (25, 100)])
+    assert seconds == pytest.approx(12.5 + 25 / 3 + 25) and most == 3
+    assert fair_share(10, 20, [(0, 100)]) == (10, 1)
+
+
+def test_gpu_time_is_divided_by_nvidia_smis_count_where_it_lists_more_than_the_invocations_jobs():
+    """Another invocation's two jobs share the GPU from t=40 (nvidia-smi lists 3 processes), then leave at 70
+    (it lists 1): [0, 40) alone, [40, 70) a third, [70, 100) alone = 40 + 10 + 30 s; the invocation's own share
+    stays 1. A reading lower than the own jobs' count never raises the charge."""
+    seconds, most = fair_share(0, 100, [(0, 100)], [(10, 1), (40, 3), (70, 1)])
+    assert seconds == pytest.approx(40 + 30 / 3 + 30) and most == 1
+    seconds, _ = fair_share(0, 100, [(0, 100), (0, 100)], [(5, 1)])  # own 2 > nvidia-smi's 1
+    assert seconds == pytest.approx(50)
