@@ -249,6 +249,9 @@ def _add_leaderboard_parser(commands) -> None:
                              "(e.g. new recipes' runs to results/leaderboard/gsm8k_smollm2/tiny_runs.json)")
     report.add_argument("--out", metavar="DIR", default="results/leaderboard/gsm8k_smollm2", help="output directory")
     report.set_defaults(handler=leaderboard)
+    from core.leaderboard.compare import add_parser as add_compare_parser
+
+    add_compare_parser(actions)
 
 
 def _subcommand_parsers():
