@@ -84,6 +84,19 @@ def test_the_report_says_which_answer_formats_the_responses_hold(tmp_path):
     # 4 responses: one `####`, two boxes, three with a digit in their tail.
     assert report["answer_formats"] == {"openai/gsm8k": {"####": 0.25, "\\boxed{}": 0.5, "a last number": 0.75}}
     assert "openai/gsm8k responses containing: 25.0% ####, 50.0% \\boxed{}, 75.0% a last number" in format_report(report)
+    assert "at_length_limit" not in report  # no generation settings in these rows: nothing to measure against
+
+
+def test_the_report_says_which_share_of_responses_the_token_limit_cut(tmp_path):
+    rows = [{"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "3"}, "prompt": "p",
+             "responses": ["\\boxed{3}", "3 3 3 3"], "response_lengths": lengths, "generation": {"max_tokens": 4}}
+            for lengths in ([2, 4], [4, 1])]  # 2 of the 4 responses used all 4 tokens
+    write_rows(rows, tmp_path / "responses.parquet")
+    with RewardManager(tokenizer=None) as manager:
+        report = evaluate([str(tmp_path / "responses.parquet")], manager, {})
+    assert report["at_length_limit"] == {"openai/gsm8k": 0.5}
+    assert ("openai/gsm8k responses containing: 0.0% ####, 50.0% \\boxed{}, 100.0% a last number; 50.0% stopped "
+            "at the token limit") in format_report(report)
 
 
 def arithmetic_rows():
@@ -115,6 +128,8 @@ def test_generate_then_eval_writes_json_table_and_mlflow_run(random_model_dir, t
     [run] = mlflow.MlflowClient(tracking_uri=uri).search_runs(
         [mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name("recipezoo-eval").experiment_id])
     assert "eval/arithmetic/pass_at_4" in run.data.metrics
+    # --max-tokens 5 from a random model: most responses run to the limit, and the run logs their share.
+    assert 0 < run.data.metrics["eval/arithmetic/at_length_limit"] <= 1
 
 
 def test_eval_names_a_file_without_ground_truth(tmp_path, capsys):

@@ -142,6 +142,8 @@ def _log_to_mlflow(args: argparse.Namespace, report: dict, out: Path) -> None:
                    for key, value in figures.items()}
         metrics |= {f"eval/{source}/{key}": value for source, figures in (report.get("tool_use") or {}).items()
                     for key, value in figures.items()}
+        metrics |= {f"eval/{source}/at_length_limit": share
+                    for source, share in (report.get("at_length_limit") or {}).items()}
         tracker.log_metrics({**metrics, "eval/reward_errors": report["reward_errors"]}, step=0)
         tracker.log_artifact(out)
         print(f"mlflow run {tracker.run_id}; view with: {tracker.ui_hint()}", flush=True)

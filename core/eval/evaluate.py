@@ -90,6 +90,7 @@ def evaluate(paths: list[str], reward_manager, grader: dict, max_error_frac: flo
     return {"results": summarize(results), "protocol": {"generation": generation, "grader": grader},
             "files": [str(Path(p)) for p in paths], "prompts_sha256": prompt_fingerprints(rows),
             "reward_errors": sum(error is not None for error in errors), "answer_formats": answer_formats(rows),
+            **({"at_length_limit": limited} if (limited := at_length_limit(rows)) else {}),
             **({"tool_use": tools} if (tools := tool_figures(rows)) else {})}
 
 
@@ -119,6 +120,21 @@ def answer_formats(rows: list[dict]) -> dict[str, dict[str, float]]:
     return {source: format_shares(responses) for source, responses in sorted(texts.items())}
 
 
+def at_length_limit(rows: list[dict]) -> dict[str, float]:
+    """Per data source, the share of responses that used every token their generation allowed (`response_lengths`
+    against `generation.max_tokens`): cut off, not finished, so an answer is rarely there to grade. Empty for
+    files without those fields (responses written elsewhere)."""
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        limit = (row.get("generation") or {}).get("max_tokens")
+        lengths = row.get("response_lengths")
+        if limit is None or lengths is None:
+            continue
+        cut, total = counts.setdefault(row["data_source"], [0, 0])
+        counts[row["data_source"]] = [cut + sum(int(length) >= limit for length in lengths), total + len(lengths)]
+    return {source: cut / total for source, (cut, total) in sorted(counts.items()) if total}
+
+
 def format_report(report: dict) -> str:
     """A markdown table: one row per data source, mean@n and pass@k columns; then the answer formats' shares."""
     results = report["results"]
@@ -129,7 +145,9 @@ def format_report(report: dict) -> str:
         lines.append(f"| {source} | {int(figures['num_prompts'])} | {cells} |")
     for source, shares in (report.get("answer_formats") or {}).items():
         written = ", ".join(f"{share:.1%} {label}" for label, share in shares.items())
-        lines.append(f"\n{source} responses containing: {written}")
+        limited = (report.get("at_length_limit") or {}).get(source)
+        cut = "" if limited is None else f"; {limited:.1%} stopped at the token limit"
+        lines.append(f"\n{source} responses containing: {written}{cut}")
     for source, figures in (report.get("tool_use") or {}).items():
         lines.append(f"\n{source} episodes: tool-call rate {figures['tool_call_rate']:.3f}, {figures['num_turns']:.2f} "
                      f"turns, {figures['tool_errors']:.2f} tool errors per episode")
