@@ -46,7 +46,7 @@ def throughput_metrics(batch: Batch, step_seconds: float) -> dict[str, float]:
 
 def memory_metrics() -> dict[str, float]:
     """This process's CUDA memory peaks since it started, under verl's names (its FSDP workers log them with
-    each actor update): what a micro-batch budget or a colocated engine's share is sized against. None on a CPU."""
+    each actor update): what a micro-batch budget or a colocated engine's share is sized against; none on a CPU."""
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
     return {"perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
