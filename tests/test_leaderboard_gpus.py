@@ -3,11 +3,11 @@ share of its GPU's time."""
 
 import os
 import stat
-from types import SimpleNamespace
 
 import pytest
 
 from bench.leaderboard.gpus import compute_process_counts, fair_share, note_gpu_processes
+from bench.leaderboard.job_runner import Job
 
 # What `nvidia-smi --query-gpu=uuid,index` and `--query-compute-apps=gpu_uuid,pid` print (csv,noheader) on a host
 # where GPU 0 runs two of the driver's jobs and someone else's process, and GPU 1 one process.
@@ -27,11 +27,11 @@ def test_compute_processes_are_counted_per_gpu_and_raise_each_job_s_most(tmp_pat
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     counts = compute_process_counts()
     assert counts == {"0": 3, "1": 1}
-    jobs = [SimpleNamespace(gpu=gpu, gpu_processes_seen=seen, gpu_process_readings=[])
-            for gpu, seen in (("0", 1), ("1", 2), ("0,1", 0))]
+    jobs = [Job(gpu_job, "grpo", 0, gpu=gpu, gpu_process_readings=readings)
+            for gpu_job, gpu, readings in (("a", "0", [(100.0, 1)]), ("b", "1", [(100.0, 2)]), ("c", "0,1", []))]
     note_gpu_processes(jobs, counts, 123.0)
     assert [job.gpu_processes_seen for job in jobs] == [3, 2, 3]  # never lowered; a two-GPU job: its busiest
-    assert [job.gpu_process_readings for job in jobs] == [[(123.0, 3)], [(123.0, 1)], [(123.0, 3)]]
+    assert [job.gpu_process_readings[-1] for job in jobs] == [(123.0, 3), (123.0, 1), (123.0, 3)]
 
 
 def test_no_nvidia_smi_reads_nothing(tmp_path, monkeypatch):

@@ -85,13 +85,12 @@ def compute_process_counts() -> dict[str, int]:
 
 
 def note_gpu_processes(running: list, counts: dict[str, int], now: float) -> None:
-    """Keep what nvidia-smi lists on each running job's GPUs now (a disaggregated job's busiest one): the reading
-    with its time, for the job's GPU charge, and the most it has seen."""
+    """Keep what nvidia-smi lists on each running job's GPUs now (a disaggregated job's busiest one), with its time:
+    the job's GPU charge and the most processes it saw both come from these readings."""
     for job in running:
         seen = [counts[gpu] for gpu in job.gpu.split(",") if gpu in counts]
         if seen:
             job.gpu_process_readings.append((now, max(seen)))
-        job.gpu_processes_seen = max([job.gpu_processes_seen, *seen])
 
 
 def fair_share(start: float, end: float, intervals: list[tuple[float, float]],

@@ -50,11 +50,16 @@ class Job:
     summary: dict = field(default_factory=dict)
     killed_by_driver: bool = False  # past its hard limit (stop)
     error: str | None = None        # a crash's cause where its log names none
-    gpu_processes_seen: int = 0     # the most compute processes nvidia-smi listed on its GPU(s) while it ran
     gpu_process_readings: list = field(default_factory=list)  # (time, count) of each nvidia-smi reading, for its charge
     tool: bool = False              # a tool suite's job with the tool (tool_modes.py)
     eval_model: str | None = None   # its evaluations' eval_model tag, when not the model's own (the tool's label)
     model: str | None = None        # its starting point when not --model: the SFT model's dir (sft_stage.py)
+
+
+    @property
+    def gpu_processes_seen(self) -> int:
+        """The most compute processes nvidia-smi listed on its GPU(s) while it ran (0: no reading)."""
+        return max((count for _, count in self.gpu_process_readings), default=0)
 
 
 def stamp() -> str:
