@@ -1,6 +1,7 @@
 """The driver's reading of nvidia-smi (every compute process on a GPU counts, whoever started it) and each run's
 share of its GPU's time."""
 
+import dataclasses
 import os
 import stat
 
@@ -32,6 +33,9 @@ def test_compute_processes_are_counted_per_gpu_and_raise_each_job_s_most(tmp_pat
     note_gpu_processes(jobs, counts, 123.0)
     assert [job.gpu_processes_seen for job in jobs] == [3, 2, 3]  # never lowered; a two-GPU job: its busiest
     assert [job.gpu_process_readings[-1] for job in jobs] == [(123.0, 3), (123.0, 1), (123.0, 3)]
+    twin = dataclasses.replace(jobs[0], name="a-tool")  # as tool_modes.py pairs a job with its tool twin
+    note_gpu_processes([twin], {"0": 5}, 130.0)
+    assert jobs[0].gpu_process_readings == [(100.0, 1), (123.0, 3)]  # the twin's reading is its own
 
 
 def test_no_nvidia_smi_reads_nothing(tmp_path, monkeypatch):

@@ -89,8 +89,8 @@ def note_gpu_processes(running: list, counts: dict[str, int], now: float) -> Non
     the job's GPU charge and the most processes it saw both come from these readings."""
     for job in running:
         seen = [counts[gpu] for gpu in job.gpu.split(",") if gpu in counts]
-        if seen:
-            job.gpu_process_readings.append((now, max(seen)))
+        if seen:  # a new list: jobs copied with dataclasses.replace (tool_modes, sft_stage) start with the same one
+            job.gpu_process_readings = [*job.gpu_process_readings, (now, max(seen))]
 
 
 def fair_share(start: float, end: float, intervals: list[tuple[float, float]],
