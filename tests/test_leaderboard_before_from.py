@@ -58,3 +58,17 @@ def test_an_export_without_a_pretrained_evaluation_is_named(tmp_path):
     with pytest.raises(SystemExit, match=r"--before-from .*no_before.json: no pretrained-model evaluation"):
         merge_outputs([out_dir_of_the_long_runs(tmp_path)], tmp_path / "results", suite=SUITE,
                       before_from=tmp_path / "no_before.json")
+
+
+def test_a_table_merged_again_without_before_from_still_names_where_its_before_came_from(tmp_path):
+    results = tmp_path / "results"
+    assert merge_outputs([out_dir_of_the_long_runs(tmp_path)], results, suite=SUITE, before_from=SHORT_EXPORT) == 0
+    table = tmp_path / "table"  # the committed table, given again as an --out dir beside a later invocation's
+    shutil.copytree(results / SUITE.results_dir, table)
+    again = tmp_path / "again"
+    assert merge_outputs([table], again, suite=SUITE) == 0
+    note = next(line for line in (again / SUITE.results_dir / "README.md").read_text().splitlines()
+                if line.startswith("- The pretrained model's evaluation (*before*): taken from"))
+    assert "reasoning_gym_open_80/runs.json`" in note
+    names = sorted(entry["run_name"] for entry in load_export(SHORT_EXPORT)["evals"] if entry["stage"] == "before")
+    assert f"(runs {', '.join(names)})" in note

@@ -287,7 +287,8 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     reasons = left_out_runs(found, records.values())
     merged = counted_runs(found, reasons)
     before = pretrained_evaluations(before_from) if before_from else []
-    merged = merge_exports([merged, {**merged, "runs": [], "evals": before}]) if before else merged
+    # --before-from's entries first: a table folder merged again holds the same runs, maybe without `taken_from`
+    merged = merge_exports([{**merged, "runs": [], "evals": before}, merged]) if before else merged
     target = results / suite.results_dir
     board_dir = results / suite.board_dir if suite.board_dir else target  # tool-arithmetic: results/tool_use's table
     tiny = target / TINY_EXPORT  # the GSM8K section shares its table with the tiny tasks' runs
@@ -304,7 +305,7 @@ def merge_outputs(folders: list[Path], results: Path, timing_only: list[Path] = 
     sources = [*others, target / "runs.json"]
     shown = " ".join(_relative(path) for path in sources)
     regenerate = f"recipezoo leaderboard report --from-export {shown} --out {_relative(board_dir)}"
-    before_note = f"`{_relative(before_from)}` (runs {', '.join(e['run_name'] for e in before)})" if before else None
+    before_note = taken_before_note(merged["evals"])
     left_out = left_out_lines(found, invocations, reasons)
     if left_out:
         print("left out of the table:\n" + "\n".join(left_out), flush=True)
@@ -344,12 +345,24 @@ def write_table_records(target: Path, merged: dict, records: dict[str, dict], ti
 
 
 def pretrained_evaluations(export_path: Path) -> list[dict]:
-    """The pretrained model's evaluations (stage `before`) in a committed export, for --before-from."""
+    """The pretrained model's evaluations (stage `before`) in a committed export, for --before-from, each marked
+    `taken_from` that export: a later merge of the table (its folder given as an --out dir) still names it."""
     found = [entry for entry in load_export(export_path)["evals"] if entry["stage"] == "before"]
     if not found:
         raise SystemExit(f"--before-from {export_path}: no pretrained-model evaluation (stage before) in it; "
                          "expected the runs.json of a table made with --eval-before")
-    return found
+    return [{**entry, "taken_from": entry.get("taken_from") or _relative(export_path)} for entry in found]
+
+
+def taken_before_note(evals: list[dict]) -> str | None:
+    """Where the table's pretrained-model evaluations came from, when --before-from brought them (now or when an
+    earlier merge wrote the table's runs.json), for its README; None when its own invocations made them."""
+    taken = [entry for entry in evals if entry["stage"] == "before" and entry.get("taken_from")]
+    sources = sorted({entry["taken_from"] for entry in taken})
+    if not sources:
+        return None
+    runs = ", ".join(sorted(entry["run_name"] for entry in taken))
+    return f"{', '.join(f'`{source}`' for source in sources)} (runs {runs})"
 
 
 def counted_runs(export: dict, reasons: dict[str, str]) -> dict:
