@@ -259,9 +259,9 @@ def _subcommand_parsers():
     from core.data.preprocess import add_parser as data
     from core.doctor import add_parser as doctor
     from core.eval.commands import add_parser as generate_and_eval
-    from core.eval.preference_pairs import add_parser as preference_pairs
+    from core.eval.commands import add_preference_pairs_parser as preference_pairs
     from core.models.fetch import add_parser as fetch_model
-    from core.trainer.checkpoint_export import add_parser as merge
+    from core.trainer.merge_command import add_parser as merge
     from core.trainer.reward_model_command import add_parser as reward_model
 
     return [data, generate_and_eval, preference_pairs, reward_model, merge, fetch_model, doctor]

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.data.dataset import read_rows, write_rows
-
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 LOCAL_SUFFIXES = (".jsonl", ".parquet", ".json")
@@ -140,6 +138,8 @@ def read_local(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; check the --local path")
     if path.suffix != ".json":
+        from core.data.dataset import read_rows  # torch comes with it: not at import, which the CLI's parser does
+
         return read_rows(path)
     text = path.read_text(encoding="utf-8")
     try:
@@ -205,6 +205,8 @@ def preprocess(name: str, out_dir: str | Path, *, local: str | Path | None = Non
         else:
             source_rows, where = load_hub(benchmark, this_split), f"{benchmark.hf_id} {this_split}"
         converted[this_split] = make_rows(benchmark, source_rows, this_split, where=where, instruction=instruction)
+    from core.data.dataset import write_rows
+
     return [(write_rows(rows, Path(out_dir) / f"{s}.parquet"), len(rows)) for s, rows in converted.items()]
 
 

@@ -1,4 +1,5 @@
-"""`recipezoo generate` and `recipezoo eval` argument parsing and handlers."""
+"""`recipezoo generate`, `recipezoo eval` and `recipezoo preference-pairs` argument parsing and handlers; what they
+drive (torch, transformers, the engines) is imported when a command runs, not when the CLI builds its parser."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from core.eval.generate import GenerationSpec
 from core.reward.gsm8k import GSM8K_METHODS
+
+if TYPE_CHECKING:  # the generation stack (torch, transformers, engines) loads when a command runs
+    from core.eval.generate import GenerationSpec
 
 
 def add_parser(commands) -> None:
@@ -62,6 +66,8 @@ def _add_generation_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec(args: argparse.Namespace) -> GenerationSpec:
+    from core.eval.generate import GenerationSpec
+
     missing = [flag for flag, value in (("--model", args.model), ("--data", args.data)) if not value]
     if missing:
         raise ValueError(f"{' and '.join(missing)} required to generate")
@@ -158,3 +164,42 @@ def parse_tags(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"--tag {pair!r}: expected KEY=VALUE")
         tags[key] = value
     return tags
+
+
+def _counts_line(counts: dict) -> str:
+    return ", ".join(f"{count} {why}" for why, count in counts.items() if count) or "none left out"
+
+
+def add_preference_pairs_parser(commands) -> None:
+    parser = commands.add_parser("preference-pairs", help="pair a policy's right and wrong responses per prompt "
+                                                           "(the rule scorer grades them) into a preference set")
+    _add_generation_args(parser)
+    parser.add_argument("--responses", nargs="+", help="`recipezoo generate` output(s) (use --n > 1 and a "
+                                                        "temperature > 0); or give --model and --data to generate")
+    parser.add_argument("--out", required=True, help="output .parquet (or .jsonl): prompt, chosen, rejected")
+    parser.add_argument("--max-pairs-per-prompt", type=int, default=1)
+    parser.add_argument("--gsm8k-method", default="strict", help="GSM8K grader, as `recipezoo eval`")
+    parser.set_defaults(handler=_preference_pairs_command, reward_manager="naive", timeout_s=10.0,
+                        custom_function=None)
+
+
+def _preference_pairs_command(args: argparse.Namespace) -> int:
+    from core.eval.generate import generate_responses
+    from core.eval.preference_pairs import write_preference_pairs
+
+    out = Path(args.out)
+    try:
+        if args.max_pairs_per_prompt < 1:
+            raise ValueError(f"--max-pairs-per-prompt={args.max_pairs_per_prompt}: must be at least 1")
+        responses = args.responses
+        if not responses:
+            responses = [str(generate_responses(_spec(args), out.with_name(out.stem + "_responses.parquet")))]
+        with _reward_manager(args) as reward_manager:
+            path, pairs, prompts, counts = write_preference_pairs(responses, reward_manager, out,
+                                                                  args.max_pairs_per_prompt)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"recipezoo preference-pairs: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}: {pairs} pairs from {prompts} prompts; prompts without a pair: {_counts_line(counts)}",
+          flush=True)
+    return 0

@@ -1,15 +1,14 @@
-"""`recipezoo preference-pairs`: a preference set from a policy's own responses, graded by the rule scorer.
+"""A preference set from a policy's own responses, graded by the rule scorer.
 
 For each prompt, a response the scorer marks right (acc = 1) is paired, as `chosen`, with one it marks wrong
 (acc = 0) as `rejected`: pairs that teach a reward model what the rule rewards, on the policy's own
 distribution of answers, with no human labels and nothing downloaded. Prompts whose responses were all right,
 all wrong, or failed to score give no pair; each such case is counted in the summary, not dropped unsaid.
+`recipezoo preference-pairs` (core/eval/commands.py) writes one.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from core.data.dataset import get_field, write_rows
@@ -46,42 +45,3 @@ def write_preference_pairs(responses: list[str], reward_manager, out: str | Path
         raise ValueError(f"no prompt of {len(rows)} had both a right and a wrong response ({_counts_line(counts)}); "
                          "sample more responses per prompt (--n) or at a higher --temperature")
     return write_rows(pairs, out), len(pairs), len(rows), counts
-
-
-def _counts_line(counts: dict) -> str:
-    return ", ".join(f"{count} {why}" for why, count in counts.items() if count) or "none left out"
-
-
-def add_parser(commands) -> None:
-    from core.eval.commands import _add_generation_args
-
-    parser = commands.add_parser("preference-pairs", help="pair a policy's right and wrong responses per prompt "
-                                                           "(the rule scorer grades them) into a preference set")
-    _add_generation_args(parser)
-    parser.add_argument("--responses", nargs="+", help="`recipezoo generate` output(s) (use --n > 1 and a "
-                                                        "temperature > 0); or give --model and --data to generate")
-    parser.add_argument("--out", required=True, help="output .parquet (or .jsonl): prompt, chosen, rejected")
-    parser.add_argument("--max-pairs-per-prompt", type=int, default=1)
-    parser.add_argument("--gsm8k-method", default="strict", help="GSM8K grader, as `recipezoo eval`")
-    parser.set_defaults(handler=_command, reward_manager="naive", timeout_s=10.0, custom_function=None)
-
-
-def _command(args: argparse.Namespace) -> int:
-    from core.eval.commands import _reward_manager, _spec
-    from core.eval.generate import generate_responses
-
-    out = Path(args.out)
-    try:
-        if args.max_pairs_per_prompt < 1:
-            raise ValueError(f"--max-pairs-per-prompt={args.max_pairs_per_prompt}: must be at least 1")
-        responses = args.responses
-        if not responses:
-            responses = [str(generate_responses(_spec(args), out.with_name(out.stem + "_responses.parquet")))]
-        with _reward_manager(args) as reward_manager:
-            path, pairs, prompts, counts = write_preference_pairs(responses, reward_manager, out, args.max_pairs_per_prompt)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"recipezoo preference-pairs: {error}", file=sys.stderr)
-        return 1
-    print(f"wrote {path}: {pairs} pairs from {prompts} prompts; prompts without a pair: {_counts_line(counts)}",
-          flush=True)
-    return 0
