@@ -166,10 +166,6 @@ def parse_tags(pairs: list[str]) -> dict[str, str]:
     return tags
 
 
-def _counts_line(counts: dict) -> str:
-    return ", ".join(f"{count} {why}" for why, count in counts.items() if count) or "none left out"
-
-
 def add_preference_pairs_parser(commands) -> None:
     parser = commands.add_parser("preference-pairs", help="pair a policy's right and wrong responses per prompt "
                                                            "(the rule scorer grades them) into a preference set")
@@ -185,7 +181,7 @@ def add_preference_pairs_parser(commands) -> None:
 
 def _preference_pairs_command(args: argparse.Namespace) -> int:
     from core.eval.generate import generate_responses
-    from core.eval.preference_pairs import write_preference_pairs
+    from core.eval.preference_pairs import counts_line, write_preference_pairs
 
     out = Path(args.out)
     try:
@@ -200,6 +196,6 @@ def _preference_pairs_command(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"recipezoo preference-pairs: {error}", file=sys.stderr)
         return 1
-    print(f"wrote {path}: {pairs} pairs from {prompts} prompts; prompts without a pair: {_counts_line(counts)}",
+    print(f"wrote {path}: {pairs} pairs from {prompts} prompts; prompts without a pair: {counts_line(counts)}",
           flush=True)
     return 0

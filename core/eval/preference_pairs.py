@@ -42,6 +42,11 @@ def write_preference_pairs(responses: list[str], reward_manager, out: str | Path
     _, details = score_rows(rows, reward_manager)
     pairs, counts = preference_rows(rows, details, max_pairs_per_prompt)
     if not pairs:
-        raise ValueError(f"no prompt of {len(rows)} had both a right and a wrong response ({_counts_line(counts)}); "
+        raise ValueError(f"no prompt of {len(rows)} had both a right and a wrong response ({counts_line(counts)}); "
                          "sample more responses per prompt (--n) or at a higher --temperature")
     return write_rows(pairs, out), len(pairs), len(rows), counts
+
+
+def counts_line(counts: dict) -> str:
+    """The prompts left without a pair, by reason: `3 all right, 1 all wrong`."""
+    return ", ".join(f"{count} {why}" for why, count in counts.items() if count) or "none left out"
