@@ -6,15 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-ROLES = ["actor", "critic", "reward_model"]  # checkpoint_export.ROLE_CLASSES' keys
-
-
 def add_parser(commands) -> None:
     merge = commands.add_parser("merge", help="export a checkpoint to a HF model dir (safetensors)")
     merge.add_argument("--checkpoint", required=True,
                        help="a global_step_N dir, or a checkpoint dir (its latest checkpoint)")
     merge.add_argument("--out", required=True, help="output dir for the HF model")
-    merge.add_argument("--role", default="actor", choices=ROLES)
+    merge.add_argument("--role", default="actor", help="the checkpoint's role to export; an unknown one is refused, "
+                       "naming the roles an export knows")
     merge.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                        help="cast the weights (default: as trained, fp32)")
     merge.add_argument("--adapter", action="store_true",
