@@ -20,7 +20,7 @@ QUIET_RANK_WAIT_S = 10  # how long a rank other than 0 leaves rank 0 to report a
 
 def _user_input_errors() -> tuple[type[Exception], ...]:
     """What bad input raises: the message names the file or key to fix, so a traceback would bury it."""
-    from core.data.dataset import DataError
+    from core.data.rows import DataError
     from core.reward.custom import CustomFunctionError
     from core.trainer.checkpoint import CheckpointError
     from core.trainer.run_dir import RunDirError

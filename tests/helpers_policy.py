@@ -11,7 +11,8 @@ from transformers import Qwen3ForCausalLM
 
 from core.batch import Batch
 from core.data.arithmetic import make_rows
-from core.data.dataset import PromptDataset, collate_prompts, write_rows
+from core.data.dataset import PromptDataset, collate_prompts
+from core.data.rows import write_rows
 from core.models.tiny import tiny_qwen3_config
 from core.rollout.base import SamplingParams
 from core.rollout.hf import HFRollout

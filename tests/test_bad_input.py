@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.cli import main as cli_main
-from core.data.dataset import write_rows
+from core.data.rows import write_rows
 
 
 def train(fast_overrides, *extra):

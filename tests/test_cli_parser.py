@@ -20,6 +20,18 @@ def test_building_the_parser_imports_none_of_the_training_stack():
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
+def test_data_writes_its_parquet_without_the_training_stack(tmp_path):
+    """`recipezoo data` converts a file and writes parquet with pyarrow alone (core/data/rows.py): torch stays out."""
+    local = tmp_path / "test.jsonl"
+    local.write_text('{"question": "What is 2+3?", "answer": "2+3=5\\n#### 5"}\n')
+    probe = ("import sys; from core.cli import main; "
+             f"main(['data', 'gsm8k', '--out', {str(tmp_path / 'out')!r}, '--split', 'test', '--local', {str(local)!r}]); "
+             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
+    assert (tmp_path / "out" / "test.parquet").stat().st_size > 0
+
+
 def test_every_command_is_still_there():
     [commands] = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
     assert set(commands.choices) == {"train", "sft", "rm", "data", "generate", "eval", "preference-pairs", "merge",

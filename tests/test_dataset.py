@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from core.data.dataset import PromptDataset, collate_prompts, read_rows, write_rows
+from core.data.dataset import PromptDataset, collate_prompts
 from core.data.loader import PromptLoader
+from core.data.rows import read_rows, write_rows
 from tests.helpers_tokenizer import build_char_tokenizer
 
 TOKENIZER = build_char_tokenizer()

@@ -9,7 +9,7 @@ import pytest
 
 from core.cli import main
 from core.config import ConfigError
-from core.data.dataset import write_rows
+from core.data.rows import write_rows
 from core.trainer.plan import check_data_schema
 
 REPO = Path(__file__).resolve().parent.parent

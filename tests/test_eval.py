@@ -8,8 +8,8 @@ import mlflow
 import pytest
 
 from core.cli import main as cli_main
-from core.data.dataset import read_rows, write_rows
 from core.data.preprocess import preprocess
+from core.data.rows import read_rows, write_rows
 from core.eval.evaluate import evaluate, format_report, prompt_fingerprints
 from core.eval.passk import ks_for, pass_at_k
 from core.eval.summary import PromptResult, summarize

@@ -483,7 +483,7 @@ def test_resume_auto_with_no_checkpoint_says_it_starts_fresh(tmp_path, capsys):
 ])
 def test_a_bad_data_file_fails_before_the_embedded_model_is_warm_started(tmp_path, capsys, monkeypatch, bad_file,
                                                                          expected):
-    from core.data.dataset import write_rows
+    from core.data.rows import write_rows
 
     cache = tmp_path / "empty-cache"
     monkeypatch.setenv("RECIPEZOO_CACHE", str(cache))  # the warm start would take minutes and fill this

@@ -26,7 +26,7 @@ import torch
 
 from core.cli import main as cli_main
 from core.config import load_config
-from core.data.dataset import read_rows, write_rows
+from core.data.rows import read_rows, write_rows
 from core.eval.generate import GenerationSpec, generate_responses
 from core.leaderboard.export import TRAIN_REWARD_KEY, load_export, save_export
 from core.models import fetch

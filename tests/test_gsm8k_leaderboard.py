@@ -216,7 +216,7 @@ def gsm8k_rows(count=3):
 
 
 def write_responses(path, answers, label):
-    from core.data.dataset import write_rows
+    from core.data.rows import write_rows
 
     rows = [{**row, "responses": [answer], "response_lengths": [3],
              "generation": {"model": label, "n": 1, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_tokens": 512,

@@ -17,7 +17,7 @@ import torch
 
 from core.cli import main as cli_main
 from core.data import tool_arithmetic
-from core.data.dataset import write_rows
+from core.data.rows import write_rows
 from core.models.tool_warmstart import TAG_CHARACTERS
 from tests.test_dry_run import gsm8k_rows
 

@@ -12,7 +12,7 @@ from test_dry_run import gsm8k_rows
 
 from core.batch import Batch
 from core.config import load_config
-from core.data.dataset import write_rows
+from core.data.rows import write_rows
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.loading import load_causal_lm, load_value_model

@@ -2,7 +2,7 @@
 in one line with the reasons, on hand-made `recipezoo generate` output (no model)."""
 
 from core.cli import main
-from core.data.dataset import read_rows, write_rows
+from core.data.rows import read_rows, write_rows
 
 
 def generated(path, answers_per_prompt):

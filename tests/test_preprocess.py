@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.data.dataset import PromptDataset, read_rows, write_rows
+from core.data.dataset import PromptDataset
 from core.data.preprocess import (
     BENCHMARKS,
     BOXED_INSTRUCTION,
@@ -16,6 +16,7 @@ from core.data.preprocess import (
     integer_ground_truth,
     preprocess,
 )
+from core.data.rows import read_rows, write_rows
 from tests.helpers_tokenizer import build_char_tokenizer
 
 TOKENIZER = build_char_tokenizer()

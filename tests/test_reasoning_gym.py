@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("reasoning_gym")
 
 from core.cli import main as recipezoo
-from core.data.dataset import read_rows
 from core.data.reasoning_gym import (
     TaskError,
     answer_in_question,
@@ -19,6 +18,7 @@ from core.data.reasoning_gym import (
     parse_difficulty,
     write_suite,
 )
+from core.data.rows import read_rows
 from core.reward.manager import RewardManager
 from core.reward.reasoning_gym import compute_score, extract_answer
 

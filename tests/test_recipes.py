@@ -11,7 +11,7 @@ import torch
 from core.algos.advantages import group_indices
 from core.cli import load_trainer_class
 from core.config import load_config
-from core.data.dataset import write_rows
+from core.data.rows import write_rows
 from core.rollout.base import split_greedy_baselines
 from recipes.remax.trainer import ReMaxTrainer
 

@@ -11,7 +11,7 @@ import torch
 
 from core.cli import main as cli_main
 from core.config import load_config
-from core.data.dataset import read_rows
+from core.data.rows import read_rows
 from core.data.sources import resolve_data_files
 from core.reward.gsm8k import compute_score
 from core.trainer.judge_worker import JudgeWorker

@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 
 from core.batch import Batch
 from core.config import ConfigError
-from core.data.dataset import DataError, write_rows
 from core.data.preference import PAIR_KEY, load_pairs, pair_batch, split_held_out
+from core.data.rows import DataError, write_rows
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine
 from core.engine.reward_head import last_token

@@ -15,7 +15,8 @@ from transformers import Qwen3ForCausalLM
 from core.batch import Batch
 from core.config import load_config
 from core.data.arithmetic import make_rows
-from core.data.dataset import PromptDataset, collate_prompts, write_rows
+from core.data.dataset import PromptDataset, collate_prompts
+from core.data.rows import write_rows
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig
 from core.models.tiny import build_tiny_tokenizer, tiny_qwen3_config

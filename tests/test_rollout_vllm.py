@@ -182,7 +182,7 @@ def test_grpo_with_vllm_rollout_raises_held_out_accuracy(tmp_path):
 
 def test_recipezoo_generate_with_vllm_matches_hf(tiny_model_dir, tmp_path):
     from core.cli import main as cli_main
-    from core.data.dataset import read_rows, write_rows
+    from core.data.rows import read_rows, write_rows
 
     rows = [{"data_source": "arithmetic", "prompt": [{"role": "user", "content": f"{a} + {b} = ?"}],
              "reward_model": {"style": "rule", "ground_truth": str(a + b)}} for a, b in [(3, 4), (27, 15), (8, 41)]]

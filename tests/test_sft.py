@@ -18,7 +18,7 @@ from core.batch import Batch
 from core.cli import main as cli_main
 from core.config import load_config
 from core.data.arithmetic import make_rows
-from core.data.dataset import write_rows
+from core.data.rows import write_rows
 from core.data.sft_dataset import SFTDataset, SFTKeys, collate_sft
 from core.engine.distributed import init_distributed
 from core.engine.fsdp import FSDPEngine, OptimConfig

@@ -10,7 +10,8 @@ import logging
 import pytest
 from transformers import AutoTokenizer
 
-from core.data.dataset import DataError, PromptDataset, write_rows
+from core.data.dataset import PromptDataset
+from core.data.rows import DataError, write_rows
 from core.data.sft_dataset import SFTDataset, SFTKeys, collate_sft
 from core.models.tiny import build_tiny_tokenizer
 from core.trainer.sft_setup import check_sft_file

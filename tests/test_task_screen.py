@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("reasoning_gym")
 
 from bench.leaderboard.task_screen import BAND, easiest_settings, main, screen_table, write_screen_data
-from core.data.dataset import read_rows
 from core.data.reasoning_gym import answer_in_question_share, constant_answer
+from core.data.rows import read_rows
 
 
 def test_the_easiest_level_is_the_curriculums_level_zero_and_generates():
@@ -113,7 +113,7 @@ def test_from_eval_rebuilds_the_table_without_generating_and_refuses_another_scr
 def test_from_eval_checks_the_problems_by_their_prompts_fingerprint(tmp_path):
     """An evaluation records each task's prompt sha256 (prompt_fingerprints); --from-eval then compares the
     problems themselves, not only their count: the same count from another draw is refused."""
-    from core.data.dataset import read_rows
+    from core.data.rows import read_rows
     from core.eval.evaluate import prompt_fingerprints
 
     argv = [str(tmp_path / "out"), "--model", "embedded://tiny-arith", "--tasks", "leg_counting", "--per-task", "3"]

@@ -6,7 +6,7 @@ import pytest
 
 from core.cli import main as recipezoo
 from core.data import tool_arithmetic
-from core.data.dataset import read_rows
+from core.data.rows import read_rows
 from core.reward import mathverify
 from core.reward.manager import RewardManager
 

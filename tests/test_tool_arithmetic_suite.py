@@ -23,7 +23,7 @@ from bench.leaderboard.bookkeeping import merge_outputs
 from bench.leaderboard.suites import NO_TOOL_INSTRUCTION, SUITES, TAGS_TOOL_INSTRUCTION, TOOL_ARITHMETIC_FOLDERS
 from core.cli import main as recipezoo
 from core.config import load_config
-from core.data.dataset import read_rows, write_rows
+from core.data.rows import read_rows, write_rows
 from core.data.tool_arithmetic import INSTRUCTION
 from core.eval.evaluate import evaluate
 from core.leaderboard.board import build_leaderboard, render_markdown

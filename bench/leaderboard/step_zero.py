@@ -19,7 +19,7 @@ def step_0_from_pretrained(args, suite: Suite, common: list[str], data: Path) ->
     keeps its step-0 validation: its evaluation gives 512 new tokens to all 1,319 test problems, its runs'
     validation 384 to the first 256."""
     from core.config import load_config
-    from core.data.dataset import read_rows
+    from core.data.rows import read_rows
 
     evaluation = next((s for s in suite.eval_sets if s[1] == suite.val_file), None)
     if not args.eval_before or args.eval_limit or evaluation is None:

@@ -12,8 +12,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from core.data.dataset import read_rows
 from core.data.reasoning_gym import constant_answer
+from core.data.rows import read_rows
 
 
 def candidate_table(results: dict, test_rows: list[dict], command: str) -> str:

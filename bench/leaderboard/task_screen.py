@@ -26,7 +26,6 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from core.data.dataset import read_rows, write_rows
 from core.data.reasoning_gym import (
     INSTRUCTION,
     answer_in_question_share,
@@ -36,6 +35,7 @@ from core.data.reasoning_gym import (
     test_entries,
     to_row,
 )
+from core.data.rows import read_rows, write_rows
 from core.eval.evaluate import prompt_fingerprints
 from core.models.loading import load_tokenizer, resolve_model_path
 

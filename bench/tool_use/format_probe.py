@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from core.data.dataset import read_rows
+from core.data.rows import read_rows
 from core.models.loading import resolve_model_path
 from core.reward.answer_formats import format_shares
 from core.rollout.multi_turn.actions import parse_calls

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from core.batch import Batch
-from core.data.dataset import DataError, left_padded, read_rows
+from core.data.dataset import left_padded
+from core.data.rows import DataError, read_rows
 
 PAIR_FIELDS = ("chosen", "rejected")
 PAIR_KEY = "is_chosen"  # a pair batch's (2P,) marker: rows chosen, rejected alternate, and the engine keeps each

@@ -138,7 +138,7 @@ def read_local(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; check the --local path")
     if path.suffix != ".json":
-        from core.data.dataset import read_rows  # torch comes with it: not at import, which the CLI's parser does
+        from core.data.rows import read_rows  # pyarrow comes with it: not at import, which the CLI's parser does
 
         return read_rows(path)
     text = path.read_text(encoding="utf-8")
@@ -205,7 +205,7 @@ def preprocess(name: str, out_dir: str | Path, *, local: str | Path | None = Non
         else:
             source_rows, where = load_hub(benchmark, this_split), f"{benchmark.hf_id} {this_split}"
         converted[this_split] = make_rows(benchmark, source_rows, this_split, where=where, instruction=instruction)
-    from core.data.dataset import write_rows
+    from core.data.rows import write_rows
 
     return [(write_rows(rows, Path(out_dir) / f"{s}.parquet"), len(rows)) for s, rows in converted.items()]
 

@@ -42,7 +42,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from core.data.dataset import write_rows
+from core.data.rows import write_rows
 from core.reward.reasoning_gym import DATA_SOURCE_PREFIX, compute_score
 
 INSTRUCTION = "Give your final answer inside <answer></answer> tags."

@@ -34,16 +34,8 @@ import numpy as np
 import torch
 
 from core.batch import Batch
-from core.data.dataset import (
-    TRUNCATION_MODES,
-    DataError,
-    as_messages,
-    column_values,
-    get_field,
-    left_padded,
-    padding_id,
-    read_rows,
-)
+from core.data.dataset import TRUNCATION_MODES, as_messages, left_padded, padding_id
+from core.data.rows import DataError, column_values, get_field, read_rows
 
 logger = logging.getLogger(__name__)
 TOOLS_FIELD = "tools"  # a row's tool schemas, for the chat template (a list, or that list as a JSON string)

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from core.data import arithmetic, calculator
-from core.data.dataset import DataError, write_rows
+from core.data.rows import DataError, write_rows
 from core.data.verifiers_tasks import VERIFIERS_DATA_PREFIX, taskset_rows
 
 EMBEDDED_PREFIX = "embedded://"

@@ -17,7 +17,7 @@ import hashlib
 import random
 from pathlib import Path
 
-from core.data.dataset import write_rows
+from core.data.rows import write_rows
 
 DATA_SOURCE = "tool_arithmetic"
 KINDS = ("product", "compound", "division")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from core.data.dataset import DataError
+from core.data.rows import DataError
 from core.module_import import import_module_or_file
 
 VERIFIERS_DATA_PREFIX = "verifiers://"

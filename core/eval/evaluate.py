@@ -13,7 +13,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from core.data.dataset import get_field, read_rows
+from core.data.rows import get_field, read_rows
 from core.eval.summary import PromptResult, summarize
 from core.reward.answer_formats import format_shares
 from core.reward.manager import too_many_errors

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from core.data.dataset import PromptDataset, collate_prompts, read_rows, write_rows
+from core.data.dataset import PromptDataset, collate_prompts
+from core.data.rows import read_rows, write_rows
 from core.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
 from core.rollout.base import SamplingParams
 from core.rollout.build import build_rollout

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.data.dataset import get_field, write_rows
+from core.data.rows import get_field, write_rows
 from core.eval.evaluate import GROUND_TRUTH_KEY, load_scored_inputs, score_rows
 
 

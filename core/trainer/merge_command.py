@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+
 def add_parser(commands) -> None:
     merge = commands.add_parser("merge", help="export a checkpoint to a HF model dir (safetensors)")
     merge.add_argument("--checkpoint", required=True,

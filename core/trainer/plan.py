@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from core.config import ConfigError
-from core.data.dataset import get_field, read_rows
+from core.data.rows import get_field, read_rows
 from core.models.fetch import PYPI_MODELS, PYPI_PREFIX, FetchError, describe_pypi_model, is_complete, model_dir
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
 from core.trainer.checkpoint import find_checkpoint

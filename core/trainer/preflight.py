@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from core.data.dataset import REGENERATE_HINT, DataError, column_values, read_rows
+from core.data.rows import REGENERATE_HINT, DataError, column_values, read_rows
 from core.models.loading import EMBEDDED_PREFIX, PYPI_PREFIX, check_model_files
 from core.models.reward_model import check_scalar_head
 from core.rollout.sglang import check_architecture, check_install

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import ConfigError
-from core.data.dataset import DataError, read_rows
 from core.data.loader import PromptLoader
+from core.data.rows import DataError, read_rows
 from core.data.sft_dataset import SFTDataset, SFTKeys, collate_sft, conversations, row_tools
 from core.engine.distributed import World
 from core.engine.fsdp import FSDPEngine

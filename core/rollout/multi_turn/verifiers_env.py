@@ -25,7 +25,7 @@ import inspect
 import json
 
 from core.config import ConfigError
-from core.data.dataset import DataError
+from core.data.rows import DataError
 from core.data.verifiers_tasks import TASK_KEY, import_verifiers, load_taskset_class, new_taskset
 
 VERIFIERS_ENV_PREFIX = "verifiers:"
