@@ -143,3 +143,14 @@ def test_the_time_budget_stops_a_training_job_and_lists_what_never_started(tmp_p
     scheduler.run()
     assert state.jobs["grpo-rule"]["status"] == "stopped_by_budget" and state.jobs["grpo-rule"]["rc"] == -15
     assert state.jobs["rm"] == {"status": "not_started", "reason": "the time budget ran out first"}
+
+
+def test_every_trainer_of_the_plan_is_stopped_by_the_budget_not_failed(tmp_path):
+    """`recipezoo rm` stops after its step on SIGTERM as the RL trainers do: on an H200 a budget stop of the rm job
+    (rc 143, its checkpoint saved) was recorded as failed. The plan alone is built; nothing runs."""
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.parquet").write_bytes(b"planted")  # only its existence is checked here
+    args = suite.parse_args(["--out", str(tmp_path), "--train-data", str(tmp_path / "train.parquet"),
+                             "--val-data", str(tmp_path / "test.parquet")])
+    jobs = {job.name: job for job in suite.plan(args, tmp_path)}
+    assert {name for name, job in jobs.items() if job.training} == {"rm", *args.runs}

@@ -54,7 +54,7 @@ class Job:
     argv: list[str]
     needs: tuple[str, ...] = ()
     outputs: tuple[Path, ...] = ()  # written under a `.partial` name and renamed when the job succeeds
-    training: bool = False  # stopped by SIGTERM at the budget (a graceful stop), not killed
+    training: bool = False  # a trainer (rm or RL): SIGTERM at the budget stops it after its step, not a failure
     run_dir: Path | None = None  # removed before a retry: a trainer refuses an output dir another run used
 
 
@@ -162,7 +162,7 @@ def plan(args: argparse.Namespace, out: Path) -> list[Job]:
                       "--lr", args.rm_lr, "--batch-size", args.rm_batch_size, "--val-fraction", args.val_fraction,
                       "--micro-batch-tokens", 16384, "--max-length", 2048, "--device", args.device,
                       "--mlflow-uri", uri, "--experiment", EXPERIMENT, "--run-name", "reward-model"),
-            ("pairs",), run_dir=rm),
+            ("pairs",), training=True, run_dir=rm),
     ]
     for run in args.runs:
         recipe, _, reward = run.partition("-")
