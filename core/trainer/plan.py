@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from core.config import ConfigError
-from core.data.rows import get_field, read_rows
+from core.data.rows import MISSING, get_field, read_rows
 from core.models.fetch import PYPI_MODELS, PYPI_PREFIX, FetchError, describe_pypi_model, is_complete, model_dir
 from core.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, _check_exists
 from core.trainer.checkpoint import find_checkpoint
@@ -34,7 +34,6 @@ from core.trainer.memory_estimate import (
 from core.trainer.setup import data_files
 
 PREPARE_HINT = "prepare GSM8K with `recipezoo data gsm8k --out DIR`"
-_MISSING = object()
 
 
 def make_plan(config) -> dict:
@@ -253,8 +252,8 @@ def check_data_schema(files, prompt_key: str, ground_truth_key: str, *, files_ke
                   (ground_truth_key, "data.ground_truth_key")]
         for i, row in enumerate(rows):
             for field, why in fields:
-                value = get_field(row, field, _MISSING)
-                if value is _MISSING:
+                value = get_field(row, field)
+                if value is MISSING:
                     raise ConfigError(f"{path} row {i} ({files_key}): no field {field!r} ({why}); "
                                       f"the row has fields {sorted(row)}")
             if not _is_prompt(get_field(row, prompt_key)):
