@@ -1,7 +1,7 @@
 """GRPO on the warm-started tiny model raises held-out accuracy, and MLflow records it.
 
-The slowest test of the suite (about 3 minutes on 2 cores, the one-off SFT warm-start
-included); seeds are fixed and the margin asked for is well below what the run gives.
+40 steps: held-out accuracy 0.637 -> 0.789 here (+0.15; +0.12 by step 20, +0.18 at step 30), so the +0.10 asked for
+holds with room for another machine's arithmetic; seeds are fixed. About 1.5 minutes on 2 cores.
 """
 
 import mlflow
@@ -10,7 +10,7 @@ import pytest
 from core.config import load_config
 from recipes.grpo.trainer import GRPOTrainer
 
-STEPS = 100
+STEPS = 40
 MIN_GAIN = 0.10
 
 
