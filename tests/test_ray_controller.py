@@ -121,7 +121,7 @@ def test_workers_spread_over_a_two_node_cluster(fast_overrides, tmp_path):
         cluster.shutdown()
 
 
-RAY_LEARN_STEPS = 40
+RAY_LEARN_STEPS = 20  # 0.637 -> 0.777 here (+0.14; +0.18 at 40 steps)
 RAY_MIN_GAIN = 0.08
 
 

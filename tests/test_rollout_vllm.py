@@ -162,7 +162,7 @@ def test_grpo_step_without_rollout_log_probs_trains_and_logs_no_logprob_diff(fas
     assert len(step_metrics) == 1 and not any(key.startswith("rollout/logprob_diff") for key in step_metrics[0])
 
 
-VLLM_LEARN_STEPS = 40
+VLLM_LEARN_STEPS = 20  # 0.637 -> 0.766 here (+0.13; +0.19 at 40 steps)
 VLLM_MIN_GAIN = 0.08
 
 
