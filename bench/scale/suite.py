@@ -110,11 +110,18 @@ def run_overrides(recipe: str, controller: str, gpus: int, steps: int, model: Pa
     return overrides + (["trainer.controller=ray"] if controller == "ray" else [])
 
 
+def script_env(gpus: int, data: Path, **extra: str) -> dict[str, str]:
+    """The scripts call `python` and `torchrun` from PATH: this interpreter's come first, so a suite started as
+    `.venv/bin/python -m bench.scale.suite` without activating the venv runs them with its own packages."""
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return {**os.environ, "PATH": path, "NGPUS": str(gpus), "DATA": str(data), **extra}
+
+
 def script_plan(recipe: str, gpus: int, overrides: list[str], data: Path, plan_json: Path) -> tuple[list[str], str, dict]:
     """The script's own dry run with these overrides (offline, no GPU): the command, the plan it prints, and
     the plan and resolved config it writes to `plan_json`. A config the real run would refuse fails here."""
     command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh", "--dry-run", "--plan-json", str(plan_json), *overrides]
-    env = {**os.environ, "NGPUS": str(gpus), "DATA": str(data), "HF_HUB_OFFLINE": "1"}
+    env = script_env(gpus, data, HF_HUB_OFFLINE="1")
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"the dry run of recipes/{recipe}/run_qwen3_8b.sh at {gpus} GPUs failed: "
@@ -215,7 +222,7 @@ def run_one(args, recipe: str, controller: str, gpus: int, model: Path, data: Pa
     store = work / "mlruns"
     command = ["bash", f"recipes/{recipe}/run_qwen3_8b.sh",
                *run_overrides(recipe, controller, gpus, args.steps, model, store, name, args.full), *overrides]
-    env = {**os.environ, "NGPUS": str(gpus), "DATA": str(data), "MLFLOW_ALLOW_FILE_STORE": "true"}
+    env = script_env(gpus, data, MLFLOW_ALLOW_FILE_STORE="true")
     print(f"[scale] {name}: starting ({' '.join(command)})", flush=True)
     # A run its --timeout-s stops keeps the steps it finished (marked so): a Ray start can take minutes.
     wall, memory, stopped = run_logged_until(name, command, work / "logs" / f"{name}.log", cwd=ROOT,
