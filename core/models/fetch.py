@@ -24,6 +24,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.models.gguf_metadata import read_gguf_metadata
+
 PYPI_PREFIX = "pypi://"
 SOURCE_FILE = "recipezoo_source.json"  # written last into the build dir: marks a complete conversion
 # Bumped when a conversion's output changes; a cached dir from an older converter is repaired (repair_special_tokens).
@@ -269,21 +271,16 @@ def convert_gguf(gguf_path: Path, dest: Path, spec: PypiModel) -> None:
 
 
 def gguf_chat_template(gguf_path: Path) -> str:
-    from gguf import GGUFReader
-
-    field = GGUFReader(str(gguf_path)).fields.get("tokenizer.chat_template")
-    if field is None:
+    template = read_gguf_metadata(gguf_path, {"tokenizer.chat_template"}).get("tokenizer.chat_template")
+    if template is None:
         raise FetchError(f"{gguf_path.name} has no tokenizer.chat_template in its metadata")
-    return bytes(field.parts[field.data[0]]).decode("utf-8")
+    return str(template)
 
 
 def gguf_special_token_ids(gguf_path: Path) -> dict[str, int]:
     """bos/eos/unk/pad token ids as the GGUF's metadata gives them (those it gives)."""
-    from gguf import GGUFReader
-
-    fields = GGUFReader(str(gguf_path)).fields
-    return {name: int(fields[key].parts[fields[key].data[0]][0])
-            for name, key in GGUF_SPECIAL_TOKENS.items() if key in fields}
+    values = read_gguf_metadata(gguf_path, set(GGUF_SPECIAL_TOKENS.values()))
+    return {name: int(values[key]) for name, key in GGUF_SPECIAL_TOKENS.items() if key in values}
 
 
 def verify_hf_dir(path: Path, spec: PypiModel) -> None:
