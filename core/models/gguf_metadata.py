@@ -11,6 +11,8 @@ count u64, key/value count u64, then per pair a string key, a u32 value type and
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -79,3 +81,26 @@ def skip_value(file: BinaryIO, kind: int, path: str | Path) -> None:
         file.seek(struct.calcsize(SCALARS[kind]), 1)
     else:
         raise GGUFMetadataError(f"{path}: unknown metadata value type {kind}")
+
+
+@contextmanager
+def one_parse_per_file() -> Iterator[None]:
+    """Within the block, `gguf.GGUFReader(path)` parses each path once: transformers' GGUF loading makes a reader
+    for the tokenizer, another for the config and a third for the weights, each paying the full metadata parse.
+    transformers imports the class when it loads (`from gguf import GGUFReader` inside its function), so the
+    module attribute is what it gets; a reader is only read from, so sharing one is safe."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared_reader(path, mode="r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared_reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
