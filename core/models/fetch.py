@@ -21,10 +21,10 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-from core.models.gguf_metadata import one_parse_per_file, read_gguf_metadata
 
 PYPI_PREFIX = "pypi://"
 SOURCE_FILE = "recipezoo_source.json"  # written last into the build dir: marks a complete conversion
@@ -251,12 +251,12 @@ def convert_gguf(gguf_path: Path, dest: Path, spec: PypiModel) -> None:
     with one_parse_per_file():
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
         gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
-    if spec.chat_marker not in (tokenizer.chat_template or ""):
-        # Older transformers drop the template in the GGUF conversion; the file's metadata has it.
-        tokenizer.chat_template = gguf_chat_template(gguf_path)
-    # Which tokens are special, from the file itself: transformers' own reading varies with its version.
-    for name, token_id in gguf_special_token_ids(gguf_path).items():
-        setattr(tokenizer, name, tokenizer.convert_ids_to_tokens(token_id))
+        if spec.chat_marker not in (tokenizer.chat_template or ""):
+            # Older transformers drop the template in the GGUF conversion; the file's metadata has it.
+            tokenizer.chat_template = gguf_chat_template(gguf_path)
+        # Which tokens are special, from the file itself: transformers' own reading varies with its version.
+        for name, token_id in gguf_special_token_ids(gguf_path).items():
+            setattr(tokenizer, name, tokenizer.convert_ids_to_tokens(token_id))
     # A GGUF-loaded model carries a quantizer that refuses save_pretrained; its weights are already
     # dense here, so hand them to a plain model of the same config (strict: nothing missed), built on the meta
     # device: its random init, which the weights replace anyway, took ~10 s at 0.5B.
@@ -271,17 +271,46 @@ def convert_gguf(gguf_path: Path, dest: Path, spec: PypiModel) -> None:
     tokenizer.save_pretrained(dest)
 
 
+@contextmanager
+def one_parse_per_file() -> Iterator[None]:
+    """Within the block, `gguf.GGUFReader(path)` parses each path once. Its parse builds an object for every
+    element of every metadata array (Qwen2.5-Coder-0.5B's 151k-token vocabulary: ~20-30 s on 2 cores), and a
+    conversion made four: transformers' tokenizer, config and weights, then the special tokens here.
+    transformers imports the class inside its function (`from gguf import GGUFReader`), so the module attribute
+    is what it gets; a reader is only read from, so sharing one is safe."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared_reader(path, mode="r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared_reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
 def gguf_chat_template(gguf_path: Path) -> str:
-    template = read_gguf_metadata(gguf_path, {"tokenizer.chat_template"}).get("tokenizer.chat_template")
-    if template is None:
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(gguf_path)).fields.get("tokenizer.chat_template")
+    if field is None:
         raise FetchError(f"{gguf_path.name} has no tokenizer.chat_template in its metadata")
-    return str(template)
+    return bytes(field.parts[field.data[0]]).decode("utf-8")
 
 
 def gguf_special_token_ids(gguf_path: Path) -> dict[str, int]:
     """bos/eos/unk/pad token ids as the GGUF's metadata gives them (those it gives)."""
-    values = read_gguf_metadata(gguf_path, set(GGUF_SPECIAL_TOKENS.values()))
-    return {name: int(values[key]) for name, key in GGUF_SPECIAL_TOKENS.items() if key in values}
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(gguf_path)).fields
+    return {name: int(fields[key].parts[fields[key].data[0]][0])
+            for name, key in GGUF_SPECIAL_TOKENS.items() if key in fields}
 
 
 def verify_hf_dir(path: Path, spec: PypiModel) -> None:
