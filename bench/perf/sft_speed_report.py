@@ -91,8 +91,15 @@ def render(found: dict[str, dict[str, dict]]) -> str:
                      f"{sum(settings['tokens_per_step']) / len(settings['tokens_per_step']):,.0f} tokens a step "
                      f"(TRL: {settings['trl_tokens_per_step']:,.0f}), micro-batches of "
                      f"{settings['micro_batch_tokens']} tokens, {settings['warmup']} warm-up steps, activation "
-                     f"checkpointing {'on' if settings['gradient_checkpointing'] else 'off'}; `{any_result['command']}`.")
+                     f"checkpointing {'on' if settings['gradient_checkpointing'] else 'off'}; rerun: `{rerun_command(model, settings)}`.")
     return "\n".join(lines) + "\n"
+
+
+def rerun_command(model: str, settings: dict) -> str:
+    """The launcher line that measures this model again (the json keeps the exact argv, device paths included)."""
+    flags = [flag for flag, on in (("--compile", settings["compile"]),
+                                   ("--gradient-checkpointing", settings["gradient_checkpointing"])) if on]
+    return " ".join([f"SFT_SPEED_MODELS={model}", "bash bench/perf/sft_speed.sh", *flags])
 
 
 def main(argv=None) -> int:
