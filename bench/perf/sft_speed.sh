@@ -3,7 +3,7 @@
 # when liger_kernel is installed) and beside that SFTTrainer with our attention kernel, random-init Qwen3-1.7B (and
 # -0.6B) from bench/configs/, one GPU, the same rows, micro-batch size and tokens per step (bench/perf/sft_speed.py).
 # Writes results/perf/sft/<model>-{ours,trl,trl_varlen}.json, each after every step, then results/perf/sft_speed.md.
-# On one H200: ~7 min for qwen3-1.7b, ~5 for qwen3-0.6b (one model a command keeps each under 10 minutes).
+# On one H200: ~5 min for qwen3-1.7b without --compile, ~5 for qwen3-0.6b (one model a command keeps each under 10 minutes).
 # Setup on a GPU machine:  pip install -e . -r bench/requirements-gpu.txt   (TRL is pinned there)
 # Usage: bash bench/perf/sft_speed.sh [extra sft_speed.py args, e.g. --compile --steps 8]
 #   SFT_SPEED_MODELS="qwen3-1.7b qwen3-0.6b"  the bench/configs folders to measure
