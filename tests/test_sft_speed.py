@@ -118,6 +118,7 @@ def test_the_table_says_ours_against_trl_and_each_target_met_or_not(tmp_path):
     assert "- qwen3-0.6b: ours 1.12x TRL's tokens/s (target ≥ 1.5x: not met)." in text  # no MFU target below 1.7B
     assert "- qwen3-4b: no comparison, no timed step of trl." in text
     assert "200 tokens a step (TRL: 190)" in text
+    assert "rerun: `SFT_SPEED_MODELS=qwen3-1.7b bash bench/perf/sft_speed.sh --compile`." in text  # not the argv
     with pytest.raises(SystemExit, match="no sft_speed json"):
         sft_speed_report.main(["--from", str(tmp_path / "empty"), "--out", str(out)])
 

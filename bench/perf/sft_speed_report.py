@@ -91,7 +91,8 @@ def render(found: dict[str, dict[str, dict]]) -> str:
                      f"{sum(settings['tokens_per_step']) / len(settings['tokens_per_step']):,.0f} tokens a step "
                      f"(TRL: {settings['trl_tokens_per_step']:,.0f}), micro-batches of "
                      f"{settings['micro_batch_tokens']} tokens, {settings['warmup']} warm-up steps, activation "
-                     f"checkpointing {'on' if settings['gradient_checkpointing'] else 'off'}; rerun: `{rerun_command(model, settings)}`.")
+                     f"checkpointing {'on' if settings['gradient_checkpointing'] else 'off'}; "
+                     f"rerun: `{rerun_command(model, settings)}`.")
     return "\n".join(lines) + "\n"
 
 
